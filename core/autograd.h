@@ -1,0 +1,74 @@
+#pragma once
+// Define-by-run reverse-mode autodiff.
+//
+// Every differentiable op that sees an input requiring grad records a Node holding a backward
+// function and one Edge per input. A leaf that requires grad is reached through its AccumulateGrad
+// node, shared by all uses of that leaf.
+//
+// backward() runs nodes in dependency order: a node runs once every node that feeds it a gradient has
+// run. Among ready nodes the most recently created runs first (highest sequence number), so the
+// backward pass visits layers in reverse order of the forward pass.
+//
+// Grad-ready hook guarantee: a leaf's AccumulateGrad node becomes ready exactly when every use of that
+// leaf in this graph has delivered its gradient; it then adds the sum into leaf.grad and calls the
+// leaf's hooks, once per backward, on the calling thread, before backward() returns, with the
+// gradient already final. Leaves are therefore reported in reverse order of their last use in the
+// forward pass, interleaved with the rest of backward — which is what lets DDP start communicating
+// a bucket while earlier layers are still being differentiated. CUDA work queued by the nodes is
+// ordered on the current stream; a hook that hands the gradient to another stream must record an event.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dpt {
+
+struct Edge {
+  std::shared_ptr<Node> node;  // null when that input needs no gradient
+  uint32_t input_nr = 0;       // which output of `node` the gradient is for
+};
+
+class Node {
+ public:
+  Node();
+  virtual ~Node() = default;
+  // Gradients w.r.t. this node's outputs (undefined where none flowed) -> gradients w.r.t. its inputs,
+  // in the order of next_edges (undefined = no gradient).
+  virtual std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) = 0;
+  virtual std::string name() const = 0;
+
+  std::vector<Edge> next_edges;
+  uint32_t num_outputs = 1;
+  uint64_t sequence_nr;  // creation order; larger runs earlier among ready nodes
+};
+
+using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;
+
+// Records `backward` as the grad_fn of `outputs` when grad mode is on and any input requires grad.
+// Saved tensors captured by `backward` must be detach()ed copies of the handles: a captured output
+// with its autograd state would own its own grad_fn and never be freed.
+void record_op(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
+               BackwardFn backward);
+
+// Runs the backward pass from `root` (gradient `grad_root`, which defaults to 1 for one element).
+void run_backward(const Tensor& root, const Tensor& grad_root);
+
+// Grad mode: thread-local; off inside NoGradGuard and while backward functions run.
+bool grad_mode_enabled();
+class NoGradGuard {
+ public:
+  NoGradGuard();
+  ~NoGradGuard();
+  NoGradGuard(const NoGradGuard&) = delete;
+  NoGradGuard& operator=(const NoGradGuard&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// Sums a broadcast gradient back down to `shape` (the shape of the input that was broadcast).
+Tensor sum_to_shape(const Tensor& grad, const Shape& shape);
+
+}  // namespace dpt

@@ -1,0 +1,22 @@
+#pragma once
+// Host-side view of the CUDA runtime that CPU-only code may include: no CUDA headers here. In a build
+// without CUDA these report no device and throw if asked to do device work.
+#include <cstddef>
+#include <cstdint>
+
+namespace dpt::cuda {
+
+bool is_available();  // any error from the driver (none installed, no device) counts as "no GPU"
+int device_count();
+int current_device();
+void set_device(int device);
+void synchronize();   // the current device
+
+// Stream-ordered pool (cudaMallocAsync on the current stream, release threshold = keep everything).
+void* allocate(size_t nbytes, int device);
+void deallocate(void* ptr, size_t nbytes, int device);
+size_t memory_allocated(int device);      // bytes held by live tensors
+size_t max_memory_allocated(int device);  // peak of the above since the last reset
+void reset_peak_memory_stats(int device);
+
+}  // namespace dpt::cuda

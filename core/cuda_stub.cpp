@@ -1,0 +1,22 @@
+// The CUDA runtime of a build without CUDA: no devices, and a clear error if asked for one.
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+
+namespace dpt::cuda {
+
+namespace {
+[[noreturn]] void no_cuda() { DPT_FAIL("this dptrain was built without CUDA (DPT_CUDA=OFF or no nvcc)"); }
+}  // namespace
+
+bool is_available() { return false; }
+int device_count() { return 0; }
+int current_device() { return 0; }
+void set_device(int) { no_cuda(); }
+void synchronize() {}
+void* allocate(size_t, int) { no_cuda(); }
+void deallocate(void*, size_t, int) {}
+size_t memory_allocated(int) { return 0; }
+size_t max_memory_allocated(int) { return 0; }
+void reset_peak_memory_stats(int) {}
+
+}  // namespace dpt::cuda

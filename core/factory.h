@@ -1,0 +1,52 @@
+#pragma once
+// Tensor creation. Random tensors come from a counter-based generator (Philox-4x32-10): element i of a
+// draw is a pure function of (seed, offset + i), so the same seed gives the same numbers on CPU and
+// GPU, in any launch configuration.
+#include <cstdint>
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dpt {
+
+Tensor zeros(const Shape& shape, const TensorOptions& options = {});
+Tensor ones(const Shape& shape, const TensorOptions& options = {});
+Tensor full(const Shape& shape, double value, const TensorOptions& options = {});
+Tensor arange(int64_t end, const TensorOptions& options = {});  // 0, 1, ..., end-1
+Tensor zeros_like(const Tensor& t);
+Tensor ones_like(const Tensor& t);
+Tensor empty_like(const Tensor& t);
+Tensor scalar_tensor(double value, const TensorOptions& options = {});  // shape []
+
+// A host vector copied into a tensor of `shape` (numel must match) on options.device.
+template <class T>
+Tensor from_vector(const std::vector<T>& values, const Shape& shape, const TensorOptions& options = {});
+
+// A random stream: each draw consumes `numel` counters, so successive draws differ and the
+// state (seed, offset) is all that a checkpoint needs to save.
+class Generator {
+ public:
+  explicit Generator(uint64_t seed = 0) : seed_(seed) {}
+  uint64_t seed() const { return seed_; }
+  uint64_t offset() const { return offset_; }
+  void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
+  uint64_t advance(uint64_t count) { uint64_t o = offset_; offset_ += count; return o; }
+
+ private:
+  uint64_t seed_;
+  uint64_t offset_ = 0;
+};
+
+Generator& default_generator();
+void manual_seed(uint64_t seed);
+
+Tensor randn(const Shape& shape, Generator& gen, const TensorOptions& options = {}, double mean = 0,
+             double stddev = 1);
+Tensor rand(const Shape& shape, Generator& gen, const TensorOptions& options = {}, double low = 0,
+            double high = 1);
+Tensor randint(const Shape& shape, int64_t low, int64_t high, Generator& gen, const TensorOptions& options = {});
+// In-place initializers (no autograd): fill `t` with a fresh draw.
+void normal_(const Tensor& t, Generator& gen, double mean, double stddev);
+void uniform_(const Tensor& t, Generator& gen, double low, double high);
+
+}  // namespace dpt

@@ -1,0 +1,72 @@
+#pragma once
+// The differentiable operations. Each works on CPU and CUDA tensors of the floating dtypes (integer
+// tensors where they are indices), records its backward when an input requires grad, and names the op
+// and both operands' shapes/dtypes/devices when its inputs do not fit.
+#include <vector>
+
+#include "core/tensor.h"
+
+namespace dpt {
+
+// --- elementwise, with NumPy broadcasting -----------------------------------------------------
+Tensor add(const Tensor& a, const Tensor& b);
+Tensor sub(const Tensor& a, const Tensor& b);
+Tensor mul(const Tensor& a, const Tensor& b);
+Tensor div(const Tensor& a, const Tensor& b);
+Tensor add(const Tensor& a, double b);
+Tensor mul(const Tensor& a, double b);
+Tensor neg(const Tensor& x);
+Tensor exp(const Tensor& x);
+Tensor log(const Tensor& x);
+Tensor sqrt(const Tensor& x);
+Tensor pow(const Tensor& x, double exponent);
+Tensor relu(const Tensor& x);
+Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
+Tensor tanh(const Tensor& x);
+Tensor sigmoid(const Tensor& x);
+
+inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }
+inline Tensor operator*(const Tensor& a, const Tensor& b) { return mul(a, b); }
+inline Tensor operator/(const Tensor& a, const Tensor& b) { return div(a, b); }
+inline Tensor operator+(const Tensor& a, double b) { return add(a, b); }
+inline Tensor operator-(const Tensor& a, double b) { return add(a, -b); }
+inline Tensor operator*(const Tensor& a, double b) { return mul(a, b); }
+inline Tensor operator*(double a, const Tensor& b) { return mul(b, a); }
+inline Tensor operator/(const Tensor& a, double b) { return mul(a, 1.0 / b); }
+inline Tensor operator-(const Tensor& x) { return neg(x); }
+
+// --- reductions ------------------------------------------------------------------------------
+Tensor sum(const Tensor& x);  // all elements -> shape []
+Tensor sum(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor mean(const Tensor& x);
+Tensor mean(const Tensor& x, int64_t dim, bool keepdim = false);
+Tensor max(const Tensor& x, int64_t dim, bool keepdim = false);     // values; gradient to the argmax
+Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64, first maximum wins
+
+// --- matrix products -------------------------------------------------------------------------
+// a [.., m, k] @ b [.., k, n] (after optional transposes of the last two dims). Batch dims must match,
+// or one side is 2-D and is shared across the batch. Accumulates in float32 for bfloat16 inputs.
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
+
+// --- softmax family (last dimension; statistics in float32 for bfloat16) --------------------------
+Tensor softmax(const Tensor& x);
+Tensor log_softmax(const Tensor& x);
+
+// --- shape ----------------------------------------------------------------------------------
+Tensor reshape(const Tensor& x, const Shape& shape);
+Tensor transpose(const Tensor& x, int64_t d0, int64_t d1);
+Tensor permute(const Tensor& x, const std::vector<int64_t>& dims);
+Tensor concat(const std::vector<Tensor>& xs, int64_t dim);
+std::vector<Tensor> split(const Tensor& x, const std::vector<int64_t>& sizes, int64_t dim);
+Tensor slice(const Tensor& x, int64_t dim, int64_t start, int64_t end);  // [start, end) along dim
+
+// --- lookups and losses ------------------------------------------------------------------------
+// weight [num, dim], indices int32/int64 of any shape -> [...indices, dim]; backward scatter-adds.
+Tensor embedding(const Tensor& weight, const Tensor& indices);
+// logits [N, C], targets int32/int64 [N]; mean over targets != ignore_index of -log softmax[target].
+// Fused: one pass computes the loss and keeps only per-row statistics for backward.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+Tensor mse_loss(const Tensor& prediction, const Tensor& target);  // mean of squared differences
+
+}  // namespace dpt

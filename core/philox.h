@@ -1,0 +1,56 @@
+#pragma once
+// Philox-4x32-10 (Salmon et al., "Parallel random numbers: as easy as 1, 2, 3", SC'11).
+// One call maps (key, counter) to four independent 32-bit words. Element i of a random draw uses
+// counter (i / 4 + offset / 4 ...) — see random_uniform_at — so CPU loops and GPU threads agree.
+#include <cmath>
+#include <cstdint>
+
+#include "core/bfloat16.h"  // DPT_HOST_DEVICE
+
+namespace dpt::philox {
+
+struct Words {
+  uint32_t v[4];
+};
+
+DPT_HOST_DEVICE inline uint32_t mulhilo(uint32_t a, uint32_t b, uint32_t* hi) {
+  uint64_t p = static_cast<uint64_t>(a) * b;
+  *hi = static_cast<uint32_t>(p >> 32);
+  return static_cast<uint32_t>(p);
+}
+
+DPT_HOST_DEVICE inline Words philox4x32(uint64_t counter_lo, uint64_t counter_hi, uint64_t key) {
+  uint32_t c0 = static_cast<uint32_t>(counter_lo), c1 = static_cast<uint32_t>(counter_lo >> 32);
+  uint32_t c2 = static_cast<uint32_t>(counter_hi), c3 = static_cast<uint32_t>(counter_hi >> 32);
+  uint32_t k0 = static_cast<uint32_t>(key), k1 = static_cast<uint32_t>(key >> 32);
+  for (int round = 0; round < 10; ++round) {
+    uint32_t hi0, hi1;
+    uint32_t lo0 = mulhilo(0xD2511F53u, c0, &hi0);
+    uint32_t lo1 = mulhilo(0xCD9E8D57u, c2, &hi1);
+    uint32_t n0 = hi1 ^ c1 ^ k0, n2 = hi0 ^ c3 ^ k1;
+    c0 = n0; c1 = lo1; c2 = n2; c3 = lo0;
+    k0 += 0x9E3779B9u;
+    k1 += 0xBB67AE85u;
+  }
+  return {{c0, c1, c2, c3}};
+}
+
+// Uniform in (0, 1]: 24 random bits, never 0 so log() in Box-Muller stays finite.
+DPT_HOST_DEVICE inline float to_unit_float(uint32_t x) {
+  return (static_cast<float>(x >> 8) + 1.0f) * (1.0f / 16777216.0f);
+}
+
+// Element `index` of the draw that starts at `offset`: a pure function of (seed, offset + index).
+// Counter = (offset + index) and a stream tag; word 0 gives the uniform, words 0 and 1 the normal.
+DPT_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t offset, uint64_t index) {
+  return to_unit_float(philox4x32(offset + index, 0, seed).v[0]);
+}
+
+DPT_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t offset, uint64_t index) {
+  Words w = philox4x32(offset + index, 1, seed);
+  float u1 = to_unit_float(w.v[0]), u2 = to_unit_float(w.v[1]);
+  // Box-Muller, one output per counter: simple and identical on both backends.
+  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+}
+
+}  // namespace dpt::philox
