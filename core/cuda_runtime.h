@@ -19,4 +19,8 @@ size_t memory_allocated(int device);      // bytes held by live tensors
 size_t max_memory_allocated(int device);  // peak of the above since the last reset
 void reset_peak_memory_stats(int device);
 
+// Page-locked host memory, for asynchronous host-to-device copies (data loader).
+void* allocate_pinned(size_t nbytes);
+void free_pinned(void* ptr);
+
 }  // namespace dpt::cuda

@@ -18,5 +18,7 @@ void deallocate(void*, size_t, int) {}
 size_t memory_allocated(int) { return 0; }
 size_t max_memory_allocated(int) { return 0; }
 void reset_peak_memory_stats(int) {}
+void* allocate_pinned(size_t) { no_cuda(); }
+void free_pinned(void*) {}
 
 }  // namespace dpt::cuda
