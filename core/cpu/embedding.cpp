@@ -1,0 +1,66 @@
+// Embedding lookup and its scatter-add backward. The backward adds rows in index order (no atomics),
+// so repeated indices give the same sum on every run.
+#include <cstring>
+#include <vector>
+
+#include "core/cpu/cpu_kernels.h"
+#include "core/cpu/dispatch.h"
+
+namespace dpt::cpu {
+
+namespace {
+template <class I>
+int64_t checked_index(I v, int64_t num) {
+  int64_t i = static_cast<int64_t>(v);
+  DPT_CHECK(i >= 0 && i < num, "embedding: index {} out of range for {} rows", i, num);
+  return i;
+}
+}  // namespace
+
+void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
+  DPT_CHECK(weight.dim() == 2 && weight.is_contiguous() && indices.is_contiguous() && out.is_contiguous() &&
+                out.numel() == indices.numel() * weight.size(1) && out.dtype() == weight.dtype(),
+            "embedding kernel: weight {} and indices {} do not fill output {}", shape_str(weight.shape()),
+            shape_str(indices.shape()), shape_str(out.shape()));
+  const int64_t num = weight.size(0), dim = weight.size(1), count = indices.numel();
+  const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(weight.dtype());
+  const char* w = static_cast<const char*>(weight.data_ptr());
+  char* o = static_cast<char*>(out.data_ptr());
+  visit_index(indices.dtype(), "embedding", [&](auto tag) {
+    using I = decltype(tag);
+    const I* idx = indices.data<I>();
+    for (int64_t i = 0; i < count; ++i) {
+      int64_t row = checked_index(idx[i], num);
+      std::memcpy(o + i * row_bytes, w + row * row_bytes, row_bytes);
+    }
+  });
+}
+
+void embedding_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_weight) {
+  DPT_CHECK(grad_weight.dim() == 2 && grad_weight.is_contiguous() && grad_out.is_contiguous() &&
+                indices.is_contiguous() && grad_out.numel() == indices.numel() * grad_weight.size(1) &&
+                grad_out.dtype() == grad_weight.dtype(),
+            "embedding_backward kernel: grad {} and indices {} do not fit grad_weight {}", shape_str(grad_out.shape()),
+            shape_str(indices.shape()), shape_str(grad_weight.shape()));
+  const int64_t num = grad_weight.size(0), dim = grad_weight.size(1), count = indices.numel();
+  visit_floating(grad_weight.dtype(), "embedding_backward", [&](auto tag) {
+    using T = decltype(tag);
+    using C = Compute<T>;
+    const T* g = grad_out.data<T>();
+    T* gw = grad_weight.data<T>();
+    // Accumulate in the compute type and round once, so bf16 sums of many rows keep their precision.
+    std::vector<C> acc(static_cast<size_t>(num * dim));
+    for (size_t j = 0; j < acc.size(); ++j) acc[j] = convert<C>(gw[j]);
+    visit_index(indices.dtype(), "embedding_backward", [&](auto itag) {
+      using I = decltype(itag);
+      const I* idx = indices.data<I>();
+      for (int64_t i = 0; i < count; ++i) {
+        int64_t row = checked_index(idx[i], num);
+        for (int64_t d = 0; d < dim; ++d) acc[row * dim + d] += convert<C>(g[i * dim + d]);
+      }
+    });
+    for (size_t j = 0; j < acc.size(); ++j) gw[j] = convert<T>(acc[j]);
+  });
+}
+
+}  // namespace dpt::cpu

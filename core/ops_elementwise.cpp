@@ -1,0 +1,175 @@
+// Elementwise ops with NumPy broadcasting, and their gradients.
+// Binary ops read their operands through stride-0 views (no broadcast copies); the gradient of an
+// operand that was broadcast is summed back to its shape (sum_to_shape).
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/kernels.h"
+#include "core/op_helpers.h"
+#include "core/ops.h"
+
+namespace dpt {
+
+using kernels::BinaryOp;
+using kernels::UnaryOp;
+
+namespace {
+
+Tensor binary_forward(const char* op, BinaryOp kind, const Tensor& a, const Tensor& b) {
+  detail::check_compatible(op, a, b);
+  Shape shape = broadcast_shapes(a.shape(), b.shape(), op);
+  Tensor out = detail::empty_as(a, shape);
+  kernels::binary(kind, detail::broadcast_view(a.detach(), shape), detail::broadcast_view(b.detach(), shape), out);
+  return out;
+}
+
+Tensor unary_forward(const char* op, UnaryOp kind, const Tensor& x, double scalar = 0) {
+  detail::check_floating(op, x);
+  Tensor in = detail::contiguous_data(x.detach());
+  Tensor out = detail::empty_as(x, x.shape());
+  kernels::unary(kind, in, out, scalar);
+  return out;
+}
+
+// The raw unary kernel on a (possibly strided) gradient, for use inside backward functions.
+Tensor unary_raw(UnaryOp kind, const Tensor& x, double scalar = 0) { return unary_forward("backward", kind, x, scalar); }
+
+}  // namespace
+
+Tensor add(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("add", BinaryOp::Add, a, b);
+  Shape sa = a.shape(), sb = b.shape();
+  record_op("AddBackward", {a, b}, {out}, [sa, sb](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(g[0], sb)};
+  });
+  return out;
+}
+
+Tensor sub(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("sub", BinaryOp::Sub, a, b);
+  Shape sa = a.shape(), sb = b.shape();
+  record_op("SubBackward", {a, b}, {out}, [sa, sb](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{sum_to_shape(g[0], sa), sum_to_shape(neg(g[0]), sb)};
+  });
+  return out;
+}
+
+Tensor mul(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("mul", BinaryOp::Mul, a, b);
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  Tensor sa = a.detach(), sb = b.detach();
+  record_op("MulBackward", {a, b}, {out}, [sa, sb, need_a, need_b](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{need_a ? sum_to_shape(mul(g[0], sb), sa.shape()) : Tensor(),
+                               need_b ? sum_to_shape(mul(g[0], sa), sb.shape()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor div(const Tensor& a, const Tensor& b) {
+  Tensor out = binary_forward("div", BinaryOp::Div, a, b);
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  Tensor sa = a.detach(), sb = b.detach(), so = out.detach();
+  record_op("DivBackward", {a, b}, {out}, [sa, sb, so, need_a, need_b](const std::vector<Tensor>& g) {
+    // d(a/b)/da = 1/b; d(a/b)/db = -a/b^2 = -out/b.
+    return std::vector<Tensor>{need_a ? sum_to_shape(div(g[0], sb), sa.shape()) : Tensor(),
+                               need_b ? sum_to_shape(neg(div(mul(g[0], so), sb)), sb.shape()) : Tensor()};
+  });
+  return out;
+}
+
+Tensor add(const Tensor& a, double b) {
+  Tensor out = unary_forward("add", UnaryOp::AddScalar, a, b);
+  record_op("AddScalarBackward", {a}, {out}, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{g[0]}; });
+  return out;
+}
+
+Tensor mul(const Tensor& a, double b) {
+  Tensor out = unary_forward("mul", UnaryOp::Scale, a, b);
+  record_op("MulScalarBackward", {a}, {out}, [b](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{unary_raw(UnaryOp::Scale, g[0], b)};
+  });
+  return out;
+}
+
+Tensor neg(const Tensor& x) {
+  Tensor out = unary_forward("neg", UnaryOp::Neg, x);
+  record_op("NegBackward", {x}, {out},
+            [](const std::vector<Tensor>& g) { return std::vector<Tensor>{unary_raw(UnaryOp::Neg, g[0])}; });
+  return out;
+}
+
+Tensor exp(const Tensor& x) {
+  Tensor out = unary_forward("exp", UnaryOp::Exp, x);
+  Tensor so = out.detach();
+  record_op("ExpBackward", {x}, {out}, [so](const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], so)}; });
+  return out;
+}
+
+Tensor log(const Tensor& x) {
+  Tensor out = unary_forward("log", UnaryOp::Log, x);
+  Tensor sx = x.detach();
+  record_op("LogBackward", {x}, {out}, [sx](const std::vector<Tensor>& g) { return std::vector<Tensor>{div(g[0], sx)}; });
+  return out;
+}
+
+Tensor sqrt(const Tensor& x) {
+  Tensor out = unary_forward("sqrt", UnaryOp::Sqrt, x);
+  Tensor so = out.detach();
+  record_op("SqrtBackward", {x}, {out}, [so](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{mul(div(g[0], so), 0.5)};  // d sqrt(x) = 1 / (2 sqrt(x))
+  });
+  return out;
+}
+
+Tensor pow(const Tensor& x, double exponent) {
+  Tensor out = unary_forward("pow", UnaryOp::Pow, x, exponent);
+  Tensor sx = x.detach();
+  record_op("PowBackward", {x}, {out}, [sx, exponent](const std::vector<Tensor>& g) {
+    if (exponent == 0) return std::vector<Tensor>{zeros_like(sx)};
+    // p * x^(p-1), computed directly so x = 0 with p >= 1 stays finite.
+    return std::vector<Tensor>{mul(g[0], mul(unary_raw(UnaryOp::Pow, sx, exponent - 1), exponent))};
+  });
+  return out;
+}
+
+Tensor relu(const Tensor& x) {
+  Tensor out = unary_forward("relu", UnaryOp::Relu, x);
+  Tensor sx = x.detach();
+  record_op("ReluBackward", {x}, {out}, [sx](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{mul(g[0], unary_raw(UnaryOp::ReluGrad, sx))};
+  });
+  return out;
+}
+
+Tensor gelu(const Tensor& x) {
+  Tensor out = unary_forward("gelu", UnaryOp::Gelu, x);
+  Tensor sx = x.detach();
+  record_op("GeluBackward", {x}, {out}, [sx](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{mul(g[0], unary_raw(UnaryOp::GeluGrad, sx))};
+  });
+  return out;
+}
+
+Tensor tanh(const Tensor& x) {
+  Tensor out = unary_forward("tanh", UnaryOp::Tanh, x);
+  Tensor so = out.detach();
+  record_op("TanhBackward", {x}, {out}, [so](const std::vector<Tensor>& g) {
+    // 1 - tanh^2
+    Tensor d = unary_raw(UnaryOp::AddScalar, unary_raw(UnaryOp::Neg, mul(so, so)), 1.0);
+    return std::vector<Tensor>{mul(g[0], d)};
+  });
+  return out;
+}
+
+Tensor sigmoid(const Tensor& x) {
+  Tensor out = unary_forward("sigmoid", UnaryOp::Sigmoid, x);
+  Tensor so = out.detach();
+  record_op("SigmoidBackward", {x}, {out}, [so](const std::vector<Tensor>& g) {
+    // s (1 - s)
+    Tensor d = mul(so, unary_raw(UnaryOp::AddScalar, unary_raw(UnaryOp::Neg, so), 1.0));
+    return std::vector<Tensor>{mul(g[0], d)};
+  });
+  return out;
+}
+
+}  // namespace dpt

@@ -1,0 +1,95 @@
+// Lookups and losses: embedding, fused cross-entropy, mean squared error.
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/kernels.h"
+#include "core/op_helpers.h"
+#include "core/ops.h"
+
+namespace dpt {
+
+namespace {
+
+void check_indices(const char* op, const Tensor& indices, const Tensor& like) {
+  DPT_CHECK(indices.defined(), "{}: undefined index tensor", op);
+  DPT_CHECK(indices.dtype() == DType::Int32 || indices.dtype() == DType::Int64,
+            "{}: expected int32 or int64 indices, found {} of shape {}", op, dtype_name(indices.dtype()),
+            shape_str(indices.shape()));
+  DPT_CHECK(indices.device() == like.device(), "{}: indices on {} but data on {}", op, indices.device().str(),
+            like.device().str());
+}
+
+// Number of targets != ignore_index, as a 0-d tensor of `dtype`, computed on the targets' device (no
+// host sync): with d = target - ignore_index (an integer, exact in float64), |d| = sqrt(d * d) and the
+// row is ignored exactly when relu(1 - |d|) = 1.
+Tensor count_targets(const Tensor& targets, int64_t ignore_index, DType dtype) {
+  Tensor d = add(targets.detach().to(DType::Float64), -static_cast<double>(ignore_index));
+  Tensor ignored = relu(add(neg(sqrt(mul(d, d))), 1.0));
+  return add(neg(sum(ignored)), static_cast<double>(targets.numel())).to(dtype);
+}
+
+}  // namespace
+
+Tensor embedding(const Tensor& weight, const Tensor& indices) {
+  detail::check_floating("embedding", weight);
+  DPT_CHECK(weight.dim() == 2, "embedding: expected a weight of shape [num, dim], found {}", shape_str(weight.shape()));
+  check_indices("embedding", indices, weight);
+  Shape out_shape = indices.shape();
+  out_shape.push_back(weight.size(1));
+  Tensor out = detail::empty_as(weight, out_shape);
+  Tensor idx = detail::contiguous_data(indices.detach());
+  kernels::embedding(detail::contiguous_data(weight.detach()), idx, out);
+  Shape weight_shape = weight.shape();
+  record_op("EmbeddingBackward", {weight}, {out}, [idx, weight_shape](const std::vector<Tensor>& g) {
+    Tensor gw = zeros(weight_shape, g[0].options());
+    kernels::embedding_backward(detail::contiguous_data(g[0]), idx, gw);
+    return std::vector<Tensor>{gw};
+  });
+  return out;
+}
+
+// Returns float32 (float64 for float64 logits): the statistics are kept in that precision whatever
+// the logits' dtype, so bf16 training still reports and differentiates a float32 loss.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  detail::check_floating("cross_entropy", logits);
+  DPT_CHECK(logits.dim() == 2, "cross_entropy: expected logits [N, C], found {}", shape_str(logits.shape()));
+  check_indices("cross_entropy", targets, logits);
+  DPT_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0),
+            "cross_entropy: expected targets [{}] for logits {}, found {}", logits.size(0), shape_str(logits.shape()),
+            shape_str(targets.shape()));
+  const DType stat_dtype = logits.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+  const TensorOptions stat_options = logits.options().with_dtype(stat_dtype);
+  Tensor x = detail::contiguous_data(logits.detach());
+  Tensor t = detail::contiguous_data(targets.detach());
+  Tensor losses = Tensor::empty({logits.size(0)}, stat_options);
+  Tensor lse = Tensor::empty({logits.size(0)}, stat_options);
+  kernels::cross_entropy(x, t, ignore_index, losses, lse);
+
+  Tensor loss;
+  Tensor denominator;
+  {
+    NoGradGuard no_grad;
+    // mean over counted rows; max(count, 1) = count + relu(1 - count) keeps an all-ignored batch at 0.
+    Tensor count = count_targets(t, ignore_index, stat_dtype);
+    denominator = add(count, relu(add(neg(count), 1.0)));
+    loss = div(sum(losses), denominator);
+  }
+  record_op("CrossEntropyBackward", {logits}, {loss},
+            [x, t, ignore_index, lse, denominator](const std::vector<Tensor>& g) {
+              Tensor scale = div(g[0].to(lse.dtype()), denominator);
+              Tensor gx = detail::empty_as(x, x.shape());
+              kernels::cross_entropy_backward(x, t, ignore_index, lse, detail::contiguous_data(scale), gx);
+              return std::vector<Tensor>{gx};
+            });
+  return loss;
+}
+
+Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
+  detail::check_compatible("mse_loss", prediction, target);
+  DPT_CHECK(prediction.shape() == target.shape(), "mse_loss: prediction {} and target {} must have the same shape",
+            shape_str(prediction.shape()), shape_str(target.shape()));
+  Tensor d = sub(prediction, target);
+  return mean(mul(d, d));
+}
+
+}  // namespace dpt

@@ -1,0 +1,62 @@
+// Matrix products. With C = op(A) op(B), the gradients are dA' = dC op(B)^T and dB' = op(A)^T dC for
+// the transposed-or-not operands A' = op(A), B' = op(B); undoing the transpose gives the four cases
+// below. A 2-D operand shared across a batch receives the sum of its per-batch gradients.
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/op_helpers.h"
+#include "core/ops.h"
+
+namespace dpt {
+
+Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
+  detail::check_compatible("matmul", a, b);
+  detail::check_floating("matmul", a);
+  DPT_CHECK(a.dim() >= 2 && b.dim() >= 2, "matmul: expected operands of rank >= 2, found {} and {}",
+            shape_str(a.shape()), shape_str(b.shape()));
+  const int64_t m = transpose_a ? a.size(-1) : a.size(-2), ka = transpose_a ? a.size(-2) : a.size(-1);
+  const int64_t kb = transpose_b ? b.size(-1) : b.size(-2), n = transpose_b ? b.size(-2) : b.size(-1);
+  DPT_CHECK(ka == kb, "matmul: inner dimensions differ: {}{} @ {}{} gives k = {} and {}", shape_str(a.shape()),
+            transpose_a ? "^T" : "", shape_str(b.shape()), transpose_b ? "^T" : "", ka, kb);
+  Shape batch_a(a.shape().begin(), a.shape().end() - 2), batch_b(b.shape().begin(), b.shape().end() - 2);
+  DPT_CHECK(batch_a == batch_b || batch_a.empty() || batch_b.empty(),
+            "matmul: batch dims of {} and {} must match, or one operand must be 2-D", shape_str(a.shape()),
+            shape_str(b.shape()));
+  Shape batch = batch_a.empty() ? batch_b : batch_a;
+  Shape out_shape = batch;
+  out_shape.push_back(m);
+  out_shape.push_back(n);
+
+  kernels::GemmArgs args;
+  args.batch = shape_numel(batch);
+  args.m = m;
+  args.n = n;
+  args.k = ka;
+  args.transpose_a = transpose_a;
+  args.transpose_b = transpose_b;
+  args.stride_a = batch_a.empty() ? 0 : m * ka;
+  args.stride_b = batch_b.empty() ? 0 : ka * n;
+  args.stride_c = m * n;
+  Tensor out = detail::empty_as(a, out_shape);
+  kernels::gemm(detail::contiguous_data(a.detach()), detail::contiguous_data(b.detach()), out, args);
+
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  Tensor sa = a.detach(), sb = b.detach();
+  record_op("MatmulBackward", {a, b}, {out},
+            [sa, sb, transpose_a, transpose_b, need_a, need_b](const std::vector<Tensor>& grads) {
+              const Tensor& g = grads[0];
+              Tensor ga, gb;
+              if (need_a) {
+                ga = transpose_a ? matmul(sb, g, transpose_b, true) : matmul(g, sb, false, !transpose_b);
+                ga = sum_to_shape(ga, sa.shape());
+              }
+              if (need_b) {
+                gb = transpose_b ? matmul(g, sa, true, transpose_a) : matmul(sa, g, !transpose_a, false);
+                gb = sum_to_shape(gb, sb.shape());
+              }
+              return std::vector<Tensor>{ga, gb};
+            });
+  return out;
+}
+
+}  // namespace dpt
