@@ -1,0 +1,13 @@
+#pragma once
+// CUDA implementations of the kernel interface (see core/kernel_decls.inc). Every kernel runs on the
+// current stream of the output tensor's device and returns without synchronising the host.
+#include "core/kernel_types.h"
+#include "core/tensor.h"
+
+namespace dpt::cuda_kernels {
+using kernels::BinaryOp;
+using kernels::GemmArgs;
+using kernels::ReduceOp;
+using kernels::UnaryOp;
+#include "core/kernel_decls.inc"
+}  // namespace dpt::cuda_kernels

@@ -1,0 +1,186 @@
+// The CUDA runtime of a CUDA build: device discovery, the stream-ordered allocator and pinned memory.
+//
+// Allocation: every device block comes from the device's default memory pool through cudaMallocAsync on
+// the current stream, and goes back with cudaFreeAsync on the current stream. The pool's release
+// threshold is UINT64_MAX, so freed blocks stay cached in the pool and the next request of a similar
+// size is served without a driver call: this is what makes per-op allocation cheap. Stream ordering
+// makes reuse safe: a block freed on stream S is only handed to work ordered after the free on S.
+#include <spdlog/spdlog.h>
+
+#include <array>
+#include <atomic>
+#include <cstdint>
+#include <mutex>
+
+#include "core/cuda/check.h"
+#include "core/cuda/memory.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_runtime.h"
+
+namespace dpt::cuda {
+
+namespace {
+
+constexpr int kMaxDevices = 64;
+
+struct MemoryStats {
+  std::atomic<size_t> live{0};
+  std::atomic<size_t> peak{0};
+};
+std::array<MemoryStats, kMaxDevices> g_stats;
+std::array<std::once_flag, kMaxDevices> g_pool_configured;
+
+int checked_device(int device, const char* what) {
+  if (device < 0) DPT_CUDA_CHECK(cudaGetDevice(&device));
+  DPT_CHECK(device < device_count(), "{}: CUDA device {} does not exist ({} visible)", what, device, device_count());
+  return device;
+}
+
+// Keep every freed block cached in the pool rather than returning it to the driver at each sync.
+void configure_pool(int device) {
+  std::call_once(g_pool_configured[device], [device] {
+    cudaMemPool_t pool = nullptr;
+    DPT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+    uint64_t threshold = UINT64_MAX;
+    DPT_CUDA_CHECK(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold));
+  });
+}
+
+void note_allocated(int device, size_t nbytes) {
+  MemoryStats& s = g_stats[device];
+  size_t now = s.live.fetch_add(nbytes, std::memory_order_relaxed) + nbytes;
+  size_t peak = s.peak.load(std::memory_order_relaxed);
+  while (now > peak && !s.peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+  }
+}
+
+}  // namespace
+
+bool is_available() { return device_count() > 0; }
+
+int device_count() {
+  // Asked once: without a driver (CI, development machines) cudaGetDeviceCount fails, which means
+  // "no GPU" — never an error, and nothing else CUDA is touched afterwards.
+  static const int count = [] {
+    int n = 0;
+    cudaError_t status = cudaGetDeviceCount(&n);
+    if (status != cudaSuccess) {
+      (void)cudaGetLastError();
+      return 0;
+    }
+    return n;
+  }();
+  return count;
+}
+
+int current_device() {
+  if (!is_available()) return 0;
+  int device = 0;
+  DPT_CUDA_CHECK(cudaGetDevice(&device));
+  return device;
+}
+
+void set_device(int device) {
+  DPT_CHECK(device >= 0 && device < device_count(), "set_device: CUDA device {} does not exist ({} visible)", device,
+            device_count());
+  DPT_CUDA_CHECK(cudaSetDevice(device));
+}
+
+void synchronize() {
+  if (!is_available()) return;
+  DPT_CUDA_CHECK(cudaDeviceSynchronize());
+}
+
+void* allocate(size_t nbytes, int device) {
+  device = checked_device(device, "allocate");
+  if (nbytes == 0) return nullptr;
+  configure_pool(device);
+  DeviceGuard guard(device);
+  void* ptr = nullptr;
+  cudaError_t status = cudaMallocAsync(&ptr, nbytes, current_stream(device));
+  if (status == cudaErrorMemoryAllocation) {
+    (void)cudaGetLastError();
+    DPT_FAIL("CUDA out of memory on device {}: asked for {} bytes with {} bytes held by live tensors (peak {})",
+             device, nbytes, memory_allocated(device), max_memory_allocated(device));
+  }
+  DPT_CUDA_CHECK(status);
+  note_allocated(device, nbytes);
+  return ptr;
+}
+
+void deallocate(void* ptr, size_t nbytes, int device) {
+  // Called from destructors: never throws. At process exit the runtime may already be unloading, in
+  // which case the memory is going away anyway.
+  if (!ptr) return;
+  g_stats[device].live.fetch_sub(nbytes, std::memory_order_relaxed);
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return;
+  if (previous != device) (void)cudaSetDevice(device);
+  cudaStream_t stream = nullptr;
+  try {
+    stream = current_stream(device);
+  } catch (const std::exception&) {
+    stream = nullptr;
+  }
+  cudaError_t status = stream ? cudaFreeAsync(ptr, stream) : cudaErrorInvalidResourceHandle;
+  if (previous != device) (void)cudaSetDevice(previous);
+  if (status != cudaSuccess && status != cudaErrorCudartUnloading && status != cudaErrorContextIsDestroyed) {
+    (void)cudaGetLastError();
+    spdlog::error("cudaFreeAsync of {} bytes on device {} failed: {}", nbytes, device, cudaGetErrorString(status));
+  }
+}
+
+size_t memory_allocated(int device) {
+  if (!is_available()) return 0;
+  return g_stats[checked_device(device, "memory_allocated")].live.load(std::memory_order_relaxed);
+}
+
+size_t max_memory_allocated(int device) {
+  if (!is_available()) return 0;
+  return g_stats[checked_device(device, "max_memory_allocated")].peak.load(std::memory_order_relaxed);
+}
+
+void reset_peak_memory_stats(int device) {
+  if (!is_available()) return;
+  MemoryStats& s = g_stats[checked_device(device, "reset_peak_memory_stats")];
+  s.peak.store(s.live.load(std::memory_order_relaxed), std::memory_order_relaxed);
+}
+
+size_t pool_reserved_bytes(int device) {
+  if (!is_available()) return 0;
+  device = checked_device(device, "pool_reserved_bytes");
+  cudaMemPool_t pool = nullptr;
+  DPT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  uint64_t reserved = 0;
+  DPT_CUDA_CHECK(cudaMemPoolGetAttribute(pool, cudaMemPoolAttrReservedMemCurrent, &reserved));
+  return static_cast<size_t>(reserved);
+}
+
+void empty_cache(int device) {
+  if (!is_available()) return;
+  device = checked_device(device, "empty_cache");
+  DeviceGuard guard(device);
+  DPT_CUDA_CHECK(cudaDeviceSynchronize());
+  cudaMemPool_t pool = nullptr;
+  DPT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));
+  DPT_CUDA_CHECK(cudaMemPoolTrimTo(pool, 0));
+}
+
+void* allocate_pinned(size_t nbytes) {
+  DPT_CHECK(is_available(), "allocate_pinned: no CUDA device is available");
+  if (nbytes == 0) return nullptr;
+  void* ptr = nullptr;
+  DPT_CUDA_CHECK(cudaMallocHost(&ptr, nbytes));
+  return ptr;
+}
+
+void free_pinned(void* ptr) {
+  if (!ptr) return;
+  cudaError_t status = cudaFreeHost(ptr);
+  if (status != cudaSuccess && status != cudaErrorCudartUnloading) {
+    (void)cudaGetLastError();
+    spdlog::error("cudaFreeHost failed: {}", cudaGetErrorString(status));
+  }
+}
+
+}  // namespace dpt::cuda

@@ -1,0 +1,70 @@
+#pragma once
+// Streams and events. Every kernel, copy, allocation and free of a device is issued on that device's
+// *current stream*, a thread-local choice. Unless a thread chose otherwise, the current stream is the
+// device's default stream: one non-blocking stream per device, created on first use and shared by all
+// threads. It is deliberately not the legacy NULL stream, which synchronises with every other stream
+// and cannot be captured into a CUDA graph.
+#include <cuda_runtime.h>
+
+namespace dpt::cuda {
+
+// The calling thread's current stream on `device` (-1: the current device).
+cudaStream_t current_stream(int device = -1);
+// Makes `stream` current for this thread on the device it belongs to; nullptr restores the default
+// stream of the current device.
+void set_current_stream(cudaStream_t stream);
+// The per-device default stream described above (created on first call).
+cudaStream_t default_stream(int device = -1);
+// A new non-blocking stream on `device` (lower priority numbers run first; 0 is the default priority).
+// The caller owns it and destroys it with cudaStreamDestroy.
+cudaStream_t create_stream(int device, int priority = 0);
+
+// Makes `device` current for the guard's lifetime, restoring the previous device after.
+class DeviceGuard {
+ public:
+  explicit DeviceGuard(int device);
+  ~DeviceGuard();
+  DeviceGuard(const DeviceGuard&) = delete;
+  DeviceGuard& operator=(const DeviceGuard&) = delete;
+
+ private:
+  int previous_ = -1;
+  int device_ = -1;
+};
+
+// Makes `stream` this thread's current stream (on its device) for the guard's lifetime.
+class StreamGuard {
+ public:
+  explicit StreamGuard(cudaStream_t stream);
+  ~StreamGuard();
+  StreamGuard(const StreamGuard&) = delete;
+  StreamGuard& operator=(const StreamGuard&) = delete;
+
+ private:
+  int device_ = 0;
+  cudaStream_t previous_ = nullptr;
+};
+
+// An owned cudaEvent_t on one device. Timing is off unless asked for (cheaper to record and wait on).
+class CudaEvent {
+ public:
+  explicit CudaEvent(bool timing = false, int device = -1);
+  ~CudaEvent();
+  CudaEvent(CudaEvent&& other) noexcept;
+  CudaEvent& operator=(CudaEvent&& other) noexcept;
+  CudaEvent(const CudaEvent&) = delete;
+  CudaEvent& operator=(const CudaEvent&) = delete;
+
+  void record(cudaStream_t stream = nullptr);  // nullptr: the current stream of the event's device
+  void wait(cudaStream_t stream = nullptr);    // makes `stream` wait for the last record (no host sync)
+  bool query() const;                          // true when the recorded work has finished
+  void synchronize() const;                    // blocks the host until the recorded work has finished
+  float elapsed_ms(const CudaEvent& end) const;  // from this event to `end`; both need timing = true
+  cudaEvent_t get() const { return event_; }
+
+ private:
+  cudaEvent_t event_ = nullptr;
+  int device_ = 0;
+};
+
+}  // namespace dpt::cuda
