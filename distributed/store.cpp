@@ -1,0 +1,84 @@
+#include "distributed/store.h"
+
+#include <algorithm>
+
+namespace dpt::dist {
+
+void Store::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
+  auto missing = wait_for(keys, timeout);
+  if (missing.empty()) return;
+  std::string names;
+  for (const auto& k : missing) names += (names.empty() ? "'" : ", '") + k + "'";
+  throw StoreTimeoutError(
+      fmt::format("{}: timed out after {} ms waiting for {} of {} keys; missing: {}", describe(), timeout.count(),
+                  missing.size(), keys.size(), names),
+      std::move(missing));
+}
+
+void Store::barrier(const std::string& name, Milliseconds timeout) {
+  int64_t generation;
+  {
+    std::lock_guard<std::mutex> lock(barrier_mutex_);
+    generation = barrier_generation_[name]++;
+  }
+  // Each rank announces itself under its own key, so a timeout can say exactly who is missing.
+  std::string base = "barrier/" + name + "/" + std::to_string(generation) + "/";
+  set(base + std::to_string(rank_), "1");
+  std::vector<std::string> keys;
+  for (int r = 0; r < world_size_; ++r) keys.push_back(base + std::to_string(r));
+  auto missing = wait_for(keys, timeout);
+  if (missing.empty()) return;
+  std::vector<int> ranks;
+  for (const auto& k : missing) ranks.push_back(std::stoi(k.substr(base.size())));
+  std::sort(ranks.begin(), ranks.end());
+  throw StoreTimeoutError(fmt::format("{}: barrier '{}' timed out after {} ms on rank {}; {} of {} ranks never "
+                                      "arrived: {}",
+                                      describe(), name, timeout.count(), rank_, ranks.size(), world_size_,
+                                      fmt::join(ranks, ", ")),
+                          std::move(missing));
+}
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
+    : PrefixStore(std::move(prefix), base, base->rank(), base->world_size()) {}
+
+PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base, int rank, int world_size)
+    : Store(rank, world_size, base->timeout()), prefix_(std::move(prefix)), base_(std::move(base)) {}
+
+std::vector<std::string> PrefixStore::keys(const std::vector<std::string>& ks) const {
+  std::vector<std::string> out;
+  out.reserve(ks.size());
+  for (const auto& k : ks) out.push_back(key(k));
+  return out;
+}
+
+// The base's timeout is used for blocking calls of the base; keep it in step with ours.
+void PrefixStore::set(const std::string& k, const std::string& value) { base_->set(key(k), value); }
+
+std::string PrefixStore::get(const std::string& k) {
+  auto saved = base_->timeout();
+  base_->set_timeout(timeout_);
+  try {
+    auto v = base_->get(key(k));
+    base_->set_timeout(saved);
+    return v;
+  } catch (...) {
+    base_->set_timeout(saved);
+    throw;
+  }
+}
+
+int64_t PrefixStore::add(const std::string& k, int64_t delta) { return base_->add(key(k), delta); }
+
+bool PrefixStore::check(const std::vector<std::string>& ks) { return base_->check(keys(ks)); }
+
+std::vector<std::string> PrefixStore::wait_for(const std::vector<std::string>& ks, Milliseconds timeout) {
+  auto missing = base_->wait_for(keys(ks), timeout);
+  for (auto& m : missing) m = m.substr(prefix_.size() + 1);
+  return missing;
+}
+
+bool PrefixStore::remove(const std::string& k) { return base_->remove(key(k)); }
+
+std::string PrefixStore::describe() const { return base_->describe() + " (prefix '" + prefix_ + "/')"; }
+
+}  // namespace dpt::dist

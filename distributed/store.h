@@ -1,0 +1,140 @@
+#pragma once
+// Rendezvous key-value store. Rank 0 hosts it (a server thread inside that process); every rank,
+// rank 0 included, talks to it over TCP. It carries the NCCL unique id, Gloo's connection addresses,
+// barriers and the debug-mode collective fingerprints.
+//
+// Every call is bounded by a timeout. Errors name the store's address, the key, and for wait/barrier
+// the keys (ranks) still missing, so a rank that never arrived is named instead of hanging the job.
+// Values are byte strings (std::string is used as a binary-safe buffer).
+#include <chrono>
+#include <cstdint>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+
+namespace dpt::dist {
+
+using Milliseconds = std::chrono::milliseconds;
+inline constexpr Milliseconds kDefaultStoreTimeout{std::chrono::minutes(5)};
+
+// Thrown when a wait/get/barrier runs past its timeout; `missing` holds the keys that never appeared.
+class StoreTimeoutError : public dpt::Error {
+ public:
+  StoreTimeoutError(const std::string& message, std::vector<std::string> missing)
+      : dpt::Error(message), missing(std::move(missing)) {}
+  std::vector<std::string> missing;
+};
+
+class Store {
+ public:
+  // rank/world_size: this process's place in the group that uses the store (for barrier).
+  Store(int rank, int world_size, Milliseconds timeout) : rank_(rank), world_size_(world_size), timeout_(timeout) {}
+  virtual ~Store() = default;
+  Store(const Store&) = delete;
+  Store& operator=(const Store&) = delete;
+
+  virtual void set(const std::string& key, const std::string& value) = 0;
+  // Blocks until `key` exists (up to timeout()), then returns its value.
+  virtual std::string get(const std::string& key) = 0;
+  // Atomically adds `delta` to the integer stored at `key` (missing counts as 0); returns the new value.
+  virtual int64_t add(const std::string& key, int64_t delta) = 0;
+  // True when every key exists now; never blocks.
+  virtual bool check(const std::vector<std::string>& keys) = 0;
+  // Waits until every key exists or `timeout` passes; returns the keys still missing (empty: success).
+  virtual std::vector<std::string> wait_for(const std::vector<std::string>& keys, Milliseconds timeout) = 0;
+  virtual bool remove(const std::string& key) = 0;  // true when the key existed
+  // "TCP store at 10.0.0.1:29500" (plus a prefix for PrefixStore): goes into every error message.
+  virtual std::string describe() const = 0;
+
+  // wait_for that throws StoreTimeoutError naming the store, the timeout and the missing keys.
+  void wait(const std::vector<std::string>& keys, Milliseconds timeout);
+  void wait(const std::vector<std::string>& keys) { wait(keys, timeout_); }
+
+  // All world_size() ranks meet; on timeout throws naming the ranks that never arrived. Barriers with
+  // the same name may be repeated: each call on a rank uses the next generation of keys.
+  void barrier(const std::string& name, Milliseconds timeout);
+  void barrier(const std::string& name) { barrier(name, timeout_); }
+
+  int rank() const { return rank_; }
+  int world_size() const { return world_size_; }
+  Milliseconds timeout() const { return timeout_; }
+  void set_timeout(Milliseconds timeout) { timeout_ = timeout; }
+
+ protected:
+  int rank_;
+  int world_size_;
+  Milliseconds timeout_;
+
+ private:
+  std::mutex barrier_mutex_;
+  std::map<std::string, int64_t> barrier_generation_;
+};
+
+class TcpStoreServer;
+
+// The TCP store. is_server (rank 0) starts the server on `port` (0: any free port, see port()) and
+// connects to it like every other rank. A client retries connecting until `timeout`, then fails naming
+// host:port. Calls from several threads are serialised on the one connection.
+class TcpStore : public Store {
+ public:
+  TcpStore(const std::string& host, int port, bool is_server, int rank, int world_size,
+           Milliseconds timeout = kDefaultStoreTimeout);
+  ~TcpStore() override;
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  std::vector<std::string> wait_for(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  bool remove(const std::string& key) override;
+  std::string describe() const override;
+
+  const std::string& host() const { return host_; }
+  int port() const { return port_; }
+
+ private:
+  // Sends a request and reads its reply within `deadline`; errors name the address and `what`.
+  void send_request(const std::string& request, const std::string& what);
+  void recv_exact(void* data, size_t n, std::chrono::steady_clock::time_point deadline, const std::string& what);
+  uint8_t recv_u8(std::chrono::steady_clock::time_point deadline, const std::string& what);
+  uint32_t recv_u32(std::chrono::steady_clock::time_point deadline, const std::string& what);
+  int64_t recv_i64(std::chrono::steady_clock::time_point deadline, const std::string& what);
+  std::string recv_str(std::chrono::steady_clock::time_point deadline, const std::string& what);
+
+  std::string host_;
+  int port_;
+  int fd_ = -1;
+  std::mutex mutex_;  // one request/reply in flight on the connection
+  std::unique_ptr<TcpStoreServer> server_;
+};
+
+// Every key gets `prefix` + "/" in front: one namespace per process group, per restart attempt.
+class PrefixStore : public Store {
+ public:
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base);
+  // For a sub-group: the rank and size within that group (for barrier).
+  PrefixStore(std::string prefix, std::shared_ptr<Store> base, int rank, int world_size);
+
+  void set(const std::string& key, const std::string& value) override;
+  std::string get(const std::string& key) override;
+  int64_t add(const std::string& key, int64_t delta) override;
+  bool check(const std::vector<std::string>& keys) override;
+  std::vector<std::string> wait_for(const std::vector<std::string>& keys, Milliseconds timeout) override;
+  bool remove(const std::string& key) override;
+  std::string describe() const override;
+
+  const std::shared_ptr<Store>& base() const { return base_; }
+
+ private:
+  std::string key(const std::string& k) const { return prefix_ + "/" + k; }
+  std::vector<std::string> keys(const std::vector<std::string>& ks) const;
+
+  std::string prefix_;
+  std::shared_ptr<Store> base_;
+};
+
+}  // namespace dpt::dist
