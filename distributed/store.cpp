@@ -9,10 +9,9 @@ void Store::wait(const std::vector<std::string>& keys, Milliseconds timeout) {
   if (missing.empty()) return;
   std::string names;
   for (const auto& k : missing) names += (names.empty() ? "'" : ", '") + k + "'";
-  throw StoreTimeoutError(
-      fmt::format("{}: timed out after {} ms waiting for {} of {} keys; missing: {}", describe(), timeout.count(),
-                  missing.size(), keys.size(), names),
-      std::move(missing));
+  std::string message = fmt::format("{}: timed out after {} ms waiting for {} of {} keys; missing: {}", describe(),
+                                    timeout.count(), missing.size(), keys.size(), names);
+  throw StoreTimeoutError(message, std::move(missing));
 }
 
 void Store::barrier(const std::string& name, Milliseconds timeout) {
@@ -31,11 +30,10 @@ void Store::barrier(const std::string& name, Milliseconds timeout) {
   std::vector<int> ranks;
   for (const auto& k : missing) ranks.push_back(std::stoi(k.substr(base.size())));
   std::sort(ranks.begin(), ranks.end());
-  throw StoreTimeoutError(fmt::format("{}: barrier '{}' timed out after {} ms on rank {}; {} of {} ranks never "
-                                      "arrived: {}",
-                                      describe(), name, timeout.count(), rank_, ranks.size(), world_size_,
-                                      fmt::join(ranks, ", ")),
-                          std::move(missing));
+  std::string message =
+      fmt::format("{}: barrier '{}' timed out after {} ms on rank {}; {} of {} ranks never arrived: {}", describe(),
+                  name, timeout.count(), rank_, ranks.size(), world_size_, fmt::join(ranks, ", "));
+  throw StoreTimeoutError(message, std::move(missing));
 }
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)
