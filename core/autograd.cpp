@@ -1,6 +1,8 @@
 #include "core/autograd.h"
 
 #include <atomic>
+#include <map>
+#include <mutex>
 #include <queue>
 #include <unordered_map>
 
@@ -72,7 +74,31 @@ Edge edge_for(const Tensor& input) {
   return {grad_accumulator(input), 0};
 }
 
+std::mutex g_callbacks_mutex;
+std::map<uint64_t, std::function<void()>> g_backward_end_callbacks;
+uint64_t g_next_callback_id = 0;
+
+void run_backward_end_callbacks() {
+  std::vector<std::function<void()>> callbacks;
+  {
+    std::lock_guard<std::mutex> lock(g_callbacks_mutex);
+    for (auto& [id, cb] : g_backward_end_callbacks) callbacks.push_back(cb);
+  }
+  for (auto& cb : callbacks) cb();
+}
+
 }  // namespace
+
+uint64_t add_backward_end_callback(std::function<void()> callback) {
+  std::lock_guard<std::mutex> lock(g_callbacks_mutex);
+  g_backward_end_callbacks[g_next_callback_id] = std::move(callback);
+  return g_next_callback_id++;
+}
+
+void remove_backward_end_callback(uint64_t id) {
+  std::lock_guard<std::mutex> lock(g_callbacks_mutex);
+  g_backward_end_callbacks.erase(id);
+}
 
 Node::Node() : sequence_nr(g_next_sequence_nr++) {}
 
@@ -156,6 +182,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
       if (--dependencies[e.node.get()] == 0) ready.push(e.node);
     }
   }
+  run_backward_end_callbacks();
 }
 
 Tensor sum_to_shape(const Tensor& grad, const Shape& shape) {

@@ -55,6 +55,12 @@ void record_op(const char* name, const std::vector<Tensor>& inputs, const std::v
 // Runs the backward pass from `root` (gradient `grad_root`, which defaults to 1 for one element).
 void run_backward(const Tensor& root, const Tensor& grad_root);
 
+// Callbacks run at the end of every run_backward (any thread), after the last node ran and before
+// backward() returns. DDP uses one to finish gradient synchronisation (launch buckets holding unused
+// parameters, make the compute stream wait for communication). Returns an id for removal.
+uint64_t add_backward_end_callback(std::function<void()> callback);
+void remove_backward_end_callback(uint64_t id);
+
 // Grad mode: thread-local; off inside NoGradGuard and while backward functions run.
 bool grad_mode_enabled();
 class NoGradGuard {
