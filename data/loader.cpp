@@ -1,0 +1,313 @@
+#include "data/loader.h"
+
+#include <condition_variable>
+#include <cstring>
+#include <deque>
+#include <exception>
+#include <mutex>
+#include <optional>
+#include <thread>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
+#endif
+
+namespace dpt::data {
+
+namespace {
+
+// A batch as the worker prepared it: host tensors, or (CUDA) the pinned slot holding its bytes.
+struct Prepared {
+  LoaderPosition position;
+  Batch host;
+  int slot = -1;
+  std::exception_ptr error;
+};
+
+// The sampler indices of batch `batch` of an epoch whose visiting order is `order`.
+std::vector<int64_t> batch_indices(const std::vector<int64_t>& order, int64_t batch, int64_t batch_size) {
+  const auto begin = static_cast<size_t>(batch * batch_size);
+  const size_t end = std::min(order.size(), begin + static_cast<size_t>(batch_size));
+  return {order.begin() + static_cast<std::ptrdiff_t>(begin), order.begin() + static_cast<std::ptrdiff_t>(end)};
+}
+
+}  // namespace
+
+// ---------------------------------------------------------------------------------------------
+// Device stage: pinned buffers, the copy stream and per-slot events.
+struct Loader::DeviceStage {
+#ifdef DPT_HAVE_CUDA
+  struct Slot {
+    void* input = nullptr;
+    void* target = nullptr;
+    size_t input_capacity = 0;
+    size_t target_capacity = 0;
+    Shape input_shape, target_shape;
+    DType input_dtype = DType::Float32, target_dtype = DType::Float32;
+    std::unique_ptr<cuda::CudaEvent> allocated;  // recorded on the consumer stream after allocation
+    std::unique_ptr<cuda::CudaEvent> copy_done;  // recorded on the copy stream after the H2D copy
+  };
+  struct InFlight {
+    LoaderPosition position;
+    Batch device;
+    int slot = -1;
+    std::exception_ptr error;
+  };
+
+  DeviceStage(int device, int num_slots) : device_(device), slots_(static_cast<size_t>(num_slots)) {
+    cuda::DeviceGuard guard(device);
+    copy_stream_ = cuda::create_stream(device, 0);
+    for (Slot& s : slots_) {
+      s.allocated = std::make_unique<cuda::CudaEvent>(false, device);
+      s.copy_done = std::make_unique<cuda::CudaEvent>(false, device);
+    }
+  }
+
+  ~DeviceStage() {
+    ahead_.reset();
+    cudaStreamSynchronize(copy_stream_);  // no pinned buffer may be freed under a running copy
+    for (Slot& s : slots_) {
+      cuda::free_pinned(s.input);
+      cuda::free_pinned(s.target);
+    }
+    cudaStreamDestroy(copy_stream_);
+  }
+
+  int num_slots() const { return static_cast<int>(slots_.size()); }
+
+  static void reserve(void*& buffer, size_t& capacity, size_t nbytes) {
+    if (nbytes <= capacity) return;
+    cuda::free_pinned(buffer);
+    buffer = nullptr;
+    capacity = 0;
+    buffer = cuda::allocate_pinned(nbytes);
+    capacity = nbytes;
+  }
+
+  // Worker thread: copy a host batch into pinned slot `slot` once its previous copy has finished.
+  void fill(int slot, const Batch& host) {
+    Slot& s = slots_[static_cast<size_t>(slot)];
+    s.copy_done->synchronize();  // step 4 of the ordering in loader.h
+    reserve(s.input, s.input_capacity, host.input.nbytes());
+    reserve(s.target, s.target_capacity, host.target.nbytes());
+    std::memcpy(s.input, host.input.data_ptr(), host.input.nbytes());
+    std::memcpy(s.target, host.target.data_ptr(), host.target.nbytes());
+    s.input_shape = host.input.shape();
+    s.target_shape = host.target.shape();
+    s.input_dtype = host.input.dtype();
+    s.target_dtype = host.target.dtype();
+  }
+
+  // Consumer thread: steps 1 and 2 of the ordering in loader.h.
+  InFlight issue(const Prepared& p) {
+    if (p.error) return {p.position, {}, -1, p.error};
+    Slot& s = slots_[static_cast<size_t>(p.slot)];
+    const TensorOptions on_device = TensorOptions{}.with_device(Device::cuda(device_));
+    Tensor input = Tensor::empty(s.input_shape, on_device.with_dtype(s.input_dtype));
+    Tensor target = Tensor::empty(s.target_shape, on_device.with_dtype(s.target_dtype));
+    s.allocated->record(cuda::current_stream(device_));
+    s.allocated->wait(copy_stream_);
+    DPT_CUDA_CHECK(cudaMemcpyAsync(input.data_ptr(), s.input, input.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
+    DPT_CUDA_CHECK(
+        cudaMemcpyAsync(target.data_ptr(), s.target, target.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
+    s.copy_done->record(copy_stream_);
+    return {p.position, {input, target}, p.slot, nullptr};
+  }
+
+  // Consumer thread: step 3 — the consumer's stream waits for the copy, the host does not.
+  void make_current_stream_wait(int slot) { slots_[static_cast<size_t>(slot)].copy_done->wait(cuda::current_stream(device_)); }
+
+  int device_;
+  std::vector<Slot> slots_;
+  cudaStream_t copy_stream_ = nullptr;
+  std::optional<InFlight> ahead_;  // the batch whose copy was issued one step early
+#endif
+};
+
+// ---------------------------------------------------------------------------------------------
+// Worker: the background thread and the queue of prepared batches.
+struct Loader::Worker {
+  std::mutex mutex;
+  std::condition_variable changed;
+  std::deque<Prepared> ready;
+  std::deque<int> free_slots;
+  bool stop = false;
+  std::thread thread;
+
+  Prepared pop() {
+    std::unique_lock<std::mutex> lock(mutex);
+    changed.wait(lock, [&] { return !ready.empty(); });
+    Prepared p = std::move(ready.front());
+    ready.pop_front();
+    changed.notify_all();
+    return p;
+  }
+
+  void release_slot(int slot) {
+    if (slot < 0) return;
+    {
+      std::lock_guard<std::mutex> lock(mutex);
+      free_slots.push_back(slot);
+    }
+    changed.notify_all();
+  }
+};
+
+Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sampler> sampler, LoaderOptions options)
+    : dataset_(std::move(dataset)), sampler_(std::move(sampler)), options_(options) {
+  DPT_CHECK(dataset_ && sampler_, "Loader: needs a dataset and a sampler");
+  DPT_CHECK(options_.batch_size > 0, "Loader: batch_size must be > 0, got {}", options_.batch_size);
+  DPT_CHECK(options_.prefetch >= 0, "Loader: prefetch must be >= 0, got {}", options_.prefetch);
+  const int64_t per_epoch = sampler_->size();
+  batches_per_epoch_ = options_.drop_last ? per_epoch / options_.batch_size
+                                          : (per_epoch + options_.batch_size - 1) / options_.batch_size;
+  DPT_CHECK(batches_per_epoch_ > 0,
+            "Loader: batch size {} is larger than the {} examples this process visits per epoch ({}, {} examples "
+            "in all); lower the batch size or use more data",
+            options_.batch_size, per_epoch, dataset_->describe(), dataset_->size());
+  if (options_.device.is_cuda()) {
+#ifdef DPT_HAVE_CUDA
+    // Slots: `prefetch` queued + one being filled + one whose copy was issued ahead.
+    stage_ = std::make_unique<DeviceStage>(options_.device.index, options_.prefetch + 2);
+#else
+    DPT_FAIL("Loader: device {} requested but this dptrain was built without CUDA", options_.device.str());
+#endif
+  }
+  start_worker(position_);
+}
+
+Loader::~Loader() {
+  stop_worker();
+  stage_.reset();
+}
+
+LoaderPosition Loader::advance(LoaderPosition p) const {
+  return p.batch + 1 < batches_per_epoch_ ? LoaderPosition{p.epoch, p.batch + 1} : LoaderPosition{p.epoch + 1, 0};
+}
+
+Batch Loader::host_batch(LoaderPosition position) const {
+  DPT_CHECK(position.epoch >= 0 && position.batch >= 0 && position.batch < batches_per_epoch_,
+            "Loader: position (epoch {}, batch {}) is outside an epoch of {} batches", position.epoch,
+            position.batch, batches_per_epoch_);
+  return dataset_->get_batch(batch_indices(sampler_->epoch_indices(position.epoch), position.batch,
+                                           options_.batch_size));
+}
+
+void Loader::start_worker(LoaderPosition from) {
+  if (options_.prefetch == 0) return;
+  worker_ = std::make_unique<Worker>();
+#ifdef DPT_HAVE_CUDA
+  if (stage_) {
+    for (int s = 0; s < stage_->num_slots(); ++s) worker_->free_slots.push_back(s);
+  }
+#endif
+  Worker* w = worker_.get();
+  w->thread = std::thread([this, w, from] {
+    LoaderPosition pos = from;
+    std::vector<int64_t> order;
+    int64_t order_epoch = -1;
+    const bool staged = stage_ != nullptr;
+    while (true) {
+      int slot = -1;
+      {
+        std::unique_lock<std::mutex> lock(w->mutex);
+        w->changed.wait(lock, [&] {
+          return w->stop || (static_cast<int>(w->ready.size()) < options_.prefetch && (!staged || !w->free_slots.empty()));
+        });
+        if (w->stop) return;
+        if (staged) {
+          slot = w->free_slots.front();
+          w->free_slots.pop_front();
+        }
+      }
+      Prepared item{pos, {}, slot, nullptr};
+      try {
+        if (order_epoch != pos.epoch) {
+          order = sampler_->epoch_indices(pos.epoch);
+          order_epoch = pos.epoch;
+        }
+        item.host = dataset_->get_batch(batch_indices(order, pos.batch, options_.batch_size));
+#ifdef DPT_HAVE_CUDA
+        if (staged) {
+          stage_->fill(slot, item.host);
+          item.host = {};  // the pinned slot holds the bytes now
+        }
+#endif
+      } catch (...) {
+        item.error = std::current_exception();
+      }
+      const bool failed = item.error != nullptr;
+      {
+        std::lock_guard<std::mutex> lock(w->mutex);
+        w->ready.push_back(std::move(item));
+      }
+      w->changed.notify_all();
+      if (failed) return;  // the consumer rethrows; nothing after a failure is produced
+      pos = advance(pos);
+    }
+  });
+}
+
+void Loader::stop_worker() {
+#ifdef DPT_HAVE_CUDA
+  if (stage_) stage_->ahead_.reset();
+#endif
+  if (!worker_) return;
+  {
+    std::lock_guard<std::mutex> lock(worker_->mutex);
+    worker_->stop = true;
+  }
+  worker_->changed.notify_all();
+  if (worker_->thread.joinable()) worker_->thread.join();
+  worker_.reset();
+}
+
+void Loader::set_position(LoaderPosition position) {
+  DPT_CHECK(position.epoch >= 0 && position.batch >= 0 && position.batch < batches_per_epoch_,
+            "Loader: cannot resume at (epoch {}, batch {}): an epoch has {} batches (was the batch size or world "
+            "size changed?)",
+            position.epoch, position.batch, batches_per_epoch_);
+  stop_worker();
+  position_ = position;
+  start_worker(position_);
+}
+
+Batch Loader::next() {
+  if (!worker_) {  // prefetch 0: everything on the calling thread
+    Batch b = host_batch(position_);
+    position_ = advance(position_);
+    if (options_.device.is_cuda()) return {b.input.to(options_.device), b.target.to(options_.device)};
+    return b;
+  }
+#ifdef DPT_HAVE_CUDA
+  if (stage_) {
+    auto& ahead = stage_->ahead_;
+    if (!ahead) {
+      Prepared p = worker_->pop();
+      ahead = stage_->issue(p);
+      worker_->release_slot(p.slot);
+    }
+    DeviceStage::InFlight current = std::move(*ahead);
+    ahead.reset();
+    if (current.error) std::rethrow_exception(current.error);
+    stage_->make_current_stream_wait(current.slot);
+    position_ = advance(current.position);
+    // Issue the following batch's copy now, so it overlaps the step that consumes `current`.
+    Prepared p = worker_->pop();
+    ahead = stage_->issue(p);
+    worker_->release_slot(p.slot);
+    return current.device;
+  }
+#endif
+  Prepared p = worker_->pop();
+  if (p.error) std::rethrow_exception(p.error);
+  position_ = advance(p.position);
+  return p.host;
+}
+
+}  // namespace dpt::data

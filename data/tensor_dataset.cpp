@@ -1,0 +1,48 @@
+#include "data/tensor_dataset.h"
+
+#include <cstring>
+
+#include "core/error.h"
+
+namespace dpt::data {
+
+namespace {
+Tensor host_contiguous(const Tensor& t) { return t.detach().to(Device::cpu()).contiguous(); }
+}  // namespace
+
+TensorDataset::TensorDataset(const Tensor& inputs, const Tensor& targets, std::string name)
+    : name_(std::move(name)) {
+  DPT_CHECK(inputs.defined() && targets.defined(), "{}: inputs and targets must both be given", name_);
+  DPT_CHECK(inputs.dim() >= 1 && targets.dim() >= 1,
+            "{}: inputs and targets need a first (example) dimension, got shapes {} and {}", name_,
+            shape_str(inputs.shape()), shape_str(targets.shape()));
+  DPT_CHECK(inputs.size(0) == targets.size(0), "{}: {} inputs but {} targets (shapes {} and {})", name_,
+            inputs.size(0), targets.size(0), shape_str(inputs.shape()), shape_str(targets.shape()));
+  inputs_ = host_contiguous(inputs);
+  targets_ = host_contiguous(targets);
+}
+
+Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
+  check_indices(indices);
+  return {gather_rows(inputs_, indices), gather_rows(targets_, indices)};
+}
+
+std::string TensorDataset::describe() const {
+  return fmt::format("{} (inputs {}, targets {})", name_, shape_str(inputs_.shape()), shape_str(targets_.shape()));
+}
+
+Tensor gather_rows(const Tensor& source, const std::vector<int64_t>& indices) {
+  DPT_CHECK(source.device().is_cpu() && source.is_contiguous(), "gather_rows: needs a contiguous host tensor");
+  Shape shape = source.shape();
+  shape[0] = static_cast<int64_t>(indices.size());
+  Tensor out = Tensor::empty(shape, TensorOptions{}.with_dtype(source.dtype()));
+  const size_t row_bytes = source.size(0) == 0 ? 0 : source.nbytes() / static_cast<size_t>(source.size(0));
+  const auto* src = static_cast<const char*>(source.data_ptr());
+  auto* dst = static_cast<char*>(out.data_ptr());
+  for (size_t i = 0; i < indices.size(); ++i) {
+    std::memcpy(dst + i * row_bytes, src + static_cast<size_t>(indices[i]) * row_bytes, row_bytes);
+  }
+  return out;
+}
+
+}  // namespace dpt::data
