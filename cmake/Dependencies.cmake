@@ -21,8 +21,16 @@ if(NOT DPT_CUDA STREQUAL "OFF")
       set(CMAKE_CUDA_ARCHITECTURES 90)
     endif()
     enable_language(CUDA)
+    if(NOT DEFINED CMAKE_CUDA20_STANDARD_COMPILE_OPTION)
+      # CMake 3.25 does not know nvcc's C++20 flag (nvcc 12+ has it); tell it.
+      set(CMAKE_CUDA20_STANDARD_COMPILE_OPTION "-std=c++20")
+      set(CMAKE_CUDA20_EXTENSION_COMPILE_OPTION "-std=c++20")
+    endif()
     set(CMAKE_CUDA_STANDARD 20)
     set(CMAKE_CUDA_STANDARD_REQUIRED ON)
+    # fmt 9 turns its constexpr support off under nvcc but keeps C++20 constexpr functions that call
+    # the then non-constexpr helpers, which g++ rejects; nvcc 12+ handles fmt's constexpr code fine.
+    add_compile_definitions($<$<COMPILE_LANGUAGE:CUDA>:FMT_USE_CONSTEXPR=1>)
     find_package(CUDAToolkit REQUIRED)
     set(_dpt_cuda_hints ${CUDAToolkit_LIBRARY_DIR} ${CUDAToolkit_INCLUDE_DIRS} /usr/lib/x86_64-linux-gnu
                         /usr/include /usr/include/x86_64-linux-gnu)

@@ -1,0 +1,122 @@
+// Copies with dtype conversion (from any strided view into a contiguous tensor), fills and ranges.
+#include "core/cuda/cuda_kernels.h"
+#include "core/cuda/kernel_utils.cuh"
+#include "core/cuda/strided.cuh"
+
+namespace dpt::cuda_kernels {
+
+namespace {
+
+template <class S, class D>
+__global__ void convert_contiguous_kernel(const S* __restrict__ src, D* __restrict__ dst, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    dst[i] = convert<D>(src[i]);
+  }
+}
+
+template <class S, class D, class I>
+__global__ void copy_strided_kernel(const S* __restrict__ src, D* __restrict__ dst, I n, StridedShape<1> shape) {
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[1];
+    shape.offsets(i, off);
+    dst[i] = convert<D>(src[off[0]]);
+  }
+}
+
+template <class T, int V>
+__global__ void fill_kernel(T* __restrict__ out, int64_t n, T value) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  const int64_t first = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
+  const int64_t nvec = n / V;
+  Vec<T, V> v;
+#pragma unroll
+  for (int j = 0; j < V; ++j) v.v[j] = value;
+  for (int64_t i = first; i < nvec; i += stride) reinterpret_cast<Vec<T, V>*>(out)[i] = v;
+  for (int64_t i = nvec * V + first; i < n; i += stride) out[i] = value;
+}
+
+template <class T>
+__global__ void arange_kernel(T* __restrict__ out, int64_t n) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    out[i] = convert<T>(i);
+  }
+}
+
+}  // namespace
+
+void copy_strided(const Tensor& src, const Tensor& dst) {
+  DPT_CHECK(src.shape() == dst.shape() && dst.is_contiguous(),
+            "copy kernel (CUDA): source {} must match the contiguous destination {}", shape_str(src.shape()),
+            shape_str(dst.shape()));
+  const int device = device_of(dst, {&src}, "copy kernel");
+  const int64_t n = dst.numel();
+  if (n == 0) return;
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  if (src.dtype() == dst.dtype() && src.is_contiguous()) {
+    if (src.data_ptr() != dst.data_ptr()) {
+      DPT_CUDA_CHECK(cudaMemcpyAsync(dst.data_ptr(), src.data_ptr(), dst.nbytes(), cudaMemcpyDeviceToDevice, stream));
+    }
+    return;
+  }
+  visit_all(src.dtype(), [&](auto src_tag) {
+    using S = decltype(src_tag);
+    visit_all(dst.dtype(), [&](auto dst_tag) {
+      using D = decltype(dst_tag);
+      const S* ps = ptr<const S>(src);
+      D* pd = ptr<D>(dst);
+      if (src.is_contiguous()) {
+        convert_contiguous_kernel<S, D><<<grid_for(n, device), kThreads, 0, stream>>>(ps, pd, n);
+      } else {
+        StridedShape<1> shape = make_strided_shape<1>(src.shape(), {&src.strides()}, "copy kernel");
+        if (n < (int64_t{1} << 31)) {
+          copy_strided_kernel<S, D, uint32_t>
+              <<<grid_for(n, device), kThreads, 0, stream>>>(ps, pd, static_cast<uint32_t>(n), shape);
+        } else {
+          copy_strided_kernel<S, D, int64_t><<<grid_for(n, device), kThreads, 0, stream>>>(ps, pd, n, shape);
+        }
+      }
+      DPT_CUDA_CHECK_LAUNCH();
+    });
+  });
+}
+
+void fill(const Tensor& out, double value) {
+  DPT_CHECK(out.is_contiguous(), "fill kernel (CUDA): expected a contiguous tensor of shape {}",
+            shape_str(out.shape()));
+  const int device = device_of(out, {}, "fill kernel");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  visit_all(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T v = convert<T>(value);
+    T* p = ptr<T>(out);
+    constexpr int V = vec_width<T>();
+    if (aligned16(p)) {
+      fill_kernel<T, V><<<grid_for((n + V - 1) / V, device), kThreads, 0, stream>>>(p, n, v);
+    } else {
+      fill_kernel<T, 1><<<grid_for(n, device), kThreads, 0, stream>>>(p, n, v);
+    }
+    DPT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+void arange(const Tensor& out) {
+  DPT_CHECK(out.is_contiguous(), "arange kernel (CUDA): expected a contiguous tensor");
+  const int device = device_of(out, {}, "arange kernel");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cuda::DeviceGuard guard(device);
+  visit_all(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    arange_kernel<T><<<grid_for(n, device), kThreads, 0, cuda::current_stream(device)>>>(ptr<T>(out), n);
+    DPT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace dpt::cuda_kernels

@@ -1,0 +1,168 @@
+#pragma once
+// Shared pieces of the CUDA kernels: dtype dispatch to device element types, conversions that round
+// exactly as the CPU kernels do (core/cpu/dispatch.h), warp/block reductions and launch sizes.
+#include <cuda_bf16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+#include <type_traits>
+
+#include "core/cuda/check.h"
+#include "core/cuda/stream.h"
+#include "core/dtype.h"
+#include "core/error.h"
+#include "core/tensor.h"
+
+namespace dpt::cuda_kernels {
+
+using bf16_t = __nv_bfloat16;
+
+// Arithmetic type of an element type: float for bfloat16 (rounded once, on store), itself otherwise.
+template <class T>
+using Compute = std::conditional_t<std::is_same_v<T, bf16_t>, float, T>;
+
+// Any element type to any other: integers and floats directly, bfloat16 through float32 (so float64
+// -> bf16 rounds twice, exactly like dpt::bf16(float(x)) on the host).
+template <class To, class From>
+__host__ __device__ __forceinline__ To convert(From v) {
+  if constexpr (std::is_same_v<To, From>) {
+    return v;
+  } else if constexpr (std::is_same_v<To, bf16_t>) {
+    return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<From, bf16_t>) {
+    return static_cast<To>(__bfloat162float(v));
+  } else {
+    return static_cast<To>(v);
+  }
+}
+
+// --- host-side dtype dispatch: f receives a value of the device element type ----------------------
+
+template <class F>
+decltype(auto) visit_floating(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::BFloat16: return f(bf16_t{});
+    default: break;
+  }
+  DPT_FAIL("{} (CUDA): expected a floating dtype (float32, float64, bfloat16), found {}", what, dtype_name(dtype));
+}
+
+template <class F>
+decltype(auto) visit_all(DType dtype, F&& f) {
+  switch (dtype) {
+    case DType::Float32: return f(float{});
+    case DType::Float64: return f(double{});
+    case DType::BFloat16: return f(bf16_t{});
+    case DType::Int32: return f(int32_t{});
+    case DType::Int64: return f(int64_t{});
+  }
+  DPT_FAIL("unknown dtype {}", static_cast<int>(dtype));
+}
+
+template <class F>
+decltype(auto) visit_index(DType dtype, const char* what, F&& f) {
+  switch (dtype) {
+    case DType::Int32: return f(int32_t{});
+    case DType::Int64: return f(int64_t{});
+    default: break;
+  }
+  DPT_FAIL("{} (CUDA): expected int32 or int64 indices, found {}", what, dtype_name(dtype));
+}
+
+template <class T>
+T* ptr(const Tensor& t) {
+  return static_cast<T*>(t.data_ptr());
+}
+
+// All tensors of a kernel call must live on the same CUDA device; returns it.
+inline int device_of(const Tensor& out, std::initializer_list<const Tensor*> inputs, const char* what) {
+  DPT_CHECK(out.device().is_cuda(), "{} (CUDA): output is on {}", what, out.device().str());
+  for (const Tensor* t : inputs) {
+    if (t && t->defined()) {
+      DPT_CHECK(t->device() == out.device(), "{} (CUDA): operand on {} but output on {}", what, t->device().str(),
+                out.device().str());
+    }
+  }
+  return out.device().index;
+}
+
+// --- launch sizes --------------------------------------------------------------------------------
+
+constexpr int kThreads = 256;
+
+int sm_count(int device);
+
+// Blocks for a grid-stride loop over n items: enough to fill the device a few times over, never more
+// than the work needs.
+inline unsigned grid_for(int64_t n, int device, int threads = kThreads) {
+  int64_t want = (n + threads - 1) / threads;
+  int64_t cap = static_cast<int64_t>(sm_count(device)) * 32;
+  if (want > cap) want = cap;
+  if (want < 1) want = 1;
+  return static_cast<unsigned>(want);
+}
+
+// 16-byte vector of N elements, for vectorised loads and stores.
+template <class T, int N>
+struct alignas(sizeof(T) * N) Vec {
+  T v[N];
+};
+
+template <class T>
+constexpr int vec_width() {
+  return 16 / static_cast<int>(sizeof(T));
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// --- reductions within a warp and a block ----------------------------------------------------------
+
+template <class C>
+__device__ __forceinline__ C warp_sum(C v) {
+  for (int s = 16; s > 0; s >>= 1) v += __shfl_xor_sync(0xffffffffu, v, s);
+  return v;
+}
+
+template <class C>
+__device__ __forceinline__ C warp_max(C v) {
+  for (int s = 16; s > 0; s >>= 1) v = max(v, __shfl_xor_sync(0xffffffffu, v, s));
+  return v;
+}
+
+// Sum over the block (blockDim.x a multiple of 32, at most 1024); every thread gets the result.
+// `scratch` holds 32 values; the function synchronises before reusing it, so back-to-back calls are safe.
+template <class C>
+__device__ __forceinline__ C block_sum(C v, C* scratch) {
+  v = warp_sum(v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : C(0);
+  return warp_sum(v);
+}
+
+template <class C>
+__device__ __forceinline__ C block_max(C v, C* scratch) {
+  v = warp_max(v);
+  if (blockDim.x == 32) return v;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+  __syncthreads();
+  if (lane == 0) scratch[warp] = v;
+  __syncthreads();
+  v = lane < warps ? scratch[lane] : scratch[0];
+  return warp_max(v);
+}
+
+// Threads per block for a row of n elements handled by one block.
+inline int row_threads(int64_t n, int vec = 1) {
+  int64_t per = (n + vec - 1) / vec;
+  int threads = 32;
+  while (threads < 1024 && threads < per) threads *= 2;
+  return threads;
+}
+
+}  // namespace dpt::cuda_kernels

@@ -1,0 +1,50 @@
+// Random fills: element i is philox::normal_at / uniform_at(seed, offset, i) — the very functions the
+// CPU kernels call (core/philox.h) — so a draw does not depend on the launch configuration or the
+// device. The affine map is evaluated in double with explicit round-to-nearest multiply and add (no
+// fused multiply-add, which the host does not use either) and rounded once to the dtype.
+#include "core/cuda/cuda_kernels.h"
+#include "core/cuda/kernel_utils.cuh"
+#include "core/philox.h"
+
+namespace dpt::cuda_kernels {
+
+namespace {
+
+template <class T, bool Normal>
+__global__ void random_kernel(T* __restrict__ out, int64_t n, uint64_t seed, uint64_t offset, double shift,
+                              double scale) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    const uint64_t index = static_cast<uint64_t>(i);
+    const double z = Normal ? static_cast<double>(philox::normal_at(seed, offset, index))
+                            : static_cast<double>(philox::uniform_at(seed, offset, index));
+    out[i] = convert<T>(__dadd_rn(shift, __dmul_rn(scale, z)));
+  }
+}
+
+template <bool Normal>
+void launch_random(const Tensor& out, uint64_t seed, uint64_t offset, double shift, double scale, const char* what) {
+  DPT_CHECK(out.is_contiguous(), "{} kernel (CUDA): expected a contiguous tensor", what);
+  const int device = device_of(out, {}, what);
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cuda::DeviceGuard guard(device);
+  visit_floating(out.dtype(), what, [&](auto tag) {
+    using T = decltype(tag);
+    random_kernel<T, Normal><<<grid_for(n, device), kThreads, 0, cuda::current_stream(device)>>>(
+        ptr<T>(out), n, seed, offset, shift, scale);
+    DPT_CUDA_CHECK_LAUNCH();
+  });
+}
+
+}  // namespace
+
+void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mean, double stddev) {
+  launch_random<true>(out, seed, offset, mean, stddev, "random_normal");
+}
+
+void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double low, double high) {
+  launch_random<false>(out, seed, offset, low, high - low, "random_uniform");
+}
+
+}  // namespace dpt::cuda_kernels
