@@ -1,0 +1,167 @@
+// The autograd engine: accumulation, no-grad scopes, in-place gradient buffers and grad-ready hooks.
+#include <gtest/gtest.h>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/ops.h"
+
+namespace dpt {
+namespace {
+
+const TensorOptions kF64 = TensorOptions{}.with_dtype(DType::Float64);
+
+Tensor leaf(std::vector<double> v, const Shape& shape) {
+  Tensor t = from_vector(v, shape, kF64);
+  t.requires_grad_(true);
+  return t;
+}
+
+TEST(Autograd, GradientsAccumulateAcrossTwoBackwards) {
+  Tensor x = leaf({1, 2}, {2});
+  sum(mul(x, x)).backward();  // 2x
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4}));
+  sum(mul(x, 3.0)).backward();  // + 3
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{5, 7}));
+}
+
+TEST(Autograd, LeafUsedTwiceReceivesTheSumOfBothPaths) {
+  Tensor x = leaf({3}, {1});
+  Tensor y = add(mul(x, 2.0), exp(x * 0.0));  // dy/dx = 2 (+ 0)
+  Tensor z = mul(y, x);                      // x used again
+  z.backward();                              // d/dx (2x^2 + x) = 4x + 1
+  EXPECT_DOUBLE_EQ(x.grad().item(), 13);
+}
+
+TEST(Autograd, DetachAndNoGradStopRecording) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor d = x.detach();
+  EXPECT_FALSE(d.requires_grad());
+  EXPECT_EQ(d.data_ptr(), x.data_ptr());
+  EXPECT_FALSE(mul(d, 2.0).requires_grad());
+  {
+    NoGradGuard guard;
+    EXPECT_FALSE(grad_mode_enabled());
+    Tensor y = mul(x, 2.0);
+    EXPECT_FALSE(y.requires_grad());
+    EXPECT_EQ(y.grad_fn(), nullptr);
+  }
+  EXPECT_TRUE(grad_mode_enabled());
+  Tensor y = add(mul(x, x), mul(d, 5.0));  // only the first term carries gradient
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 4}));
+}
+
+TEST(Autograd, ZeroGradInPlaceKeepsTheBufferThatSetGradInstalled) {
+  Tensor w = leaf({1, 2, 3}, {3});
+  Tensor bucket = zeros({5}, kF64);
+  Tensor view = make_view(bucket, {3}, {1}, 1);  // elements 1..3 of the bucket
+  w.set_grad(view);
+  sum(mul(w, w)).backward();
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{0, 2, 4, 6, 0}));
+  EXPECT_EQ(w.grad().data_ptr(), view.data_ptr());
+  w.zero_grad();
+  EXPECT_EQ(w.grad().data_ptr(), view.data_ptr());
+  EXPECT_EQ(bucket.to_vector<double>(), std::vector<double>(5, 0.0));
+  sum(mul(w, 10.0)).backward();
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{0, 10, 10, 10, 0}));
+  w.zero_grad(/*set_to_none=*/true);
+  EXPECT_FALSE(w.grad().defined());
+}
+
+TEST(Autograd, NonScalarBackwardNeedsAGradient) {
+  Tensor x = leaf({1, 2}, {2});
+  Tensor y = mul(x, 3.0);
+  EXPECT_THROW(y.backward(), Error);
+  y.backward(from_vector(std::vector<double>{1, 10}, {2}, kF64));
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{3, 30}));
+}
+
+TEST(Autograd, IntegerTensorsCannotRequireGrad) {
+  Tensor i = zeros({2}, TensorOptions{}.with_dtype(DType::Int64));
+  EXPECT_THROW(i.requires_grad_(true), Error);
+}
+
+TEST(Autograd, GradientsConvertToTheLeafDtype) {
+  Tensor x = leaf({1, 2}, {2});
+  sum(mul(x.to(DType::Float32), 2.0)).backward();
+  EXPECT_EQ(x.grad().dtype(), DType::Float64);
+  EXPECT_EQ(x.grad().to_vector<double>(), (std::vector<double>{2, 2}));
+}
+
+TEST(Autograd, SumToShapeReducesBroadcastDims) {
+  Tensor g = ones({3, 2, 4}, kF64);
+  EXPECT_EQ(sum_to_shape(g, {2, 1}).to_vector<double>(), (std::vector<double>{12, 12}));
+  EXPECT_EQ(sum_to_shape(g, {3, 1, 4}).shape(), (Shape{3, 1, 4}));
+  EXPECT_EQ(sum_to_shape(g, {}).item(), 24);
+}
+
+// --- grad-ready hooks ------------------------------------------------------------------------
+
+struct HookLog {
+  std::vector<std::string> order;
+  std::vector<std::vector<double>> grads;
+};
+
+void watch(const Tensor& t, const std::string& name, HookLog* log) {
+  t.register_grad_ready_hook([name, log](const Tensor& leaf) {
+    log->order.push_back(name);
+    log->grads.push_back(leaf.grad().to_vector<double>());
+  });
+}
+
+TEST(GradReadyHook, FiresInReverseOrderOfLastUseForAThreeLayerChain) {
+  Generator gen(0);
+  Tensor x = randn({2, 3}, gen, kF64);
+  std::vector<Tensor> w;
+  HookLog log;
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(randn({3, 3}, gen, kF64.with_requires_grad(true)));
+    watch(w.back(), "layer" + std::to_string(i + 1), &log);
+  }
+  Tensor h = x;
+  for (int i = 0; i < 3; ++i) h = tanh(matmul(h, w[static_cast<size_t>(i)]));
+  sum(h).backward();
+  EXPECT_EQ(log.order, (std::vector<std::string>{"layer3", "layer2", "layer1"}));
+  // Each hook saw the final gradient, before backward returned.
+  for (int i = 0; i < 3; ++i) EXPECT_EQ(log.grads[static_cast<size_t>(2 - i)], w[static_cast<size_t>(i)].grad().to_vector<double>());
+}
+
+TEST(GradReadyHook, FiresOncePerBackwardAfterEveryUseOfTheLeaf) {
+  Tensor w = leaf({2}, {1});
+  HookLog log;
+  watch(w, "w", &log);
+  // w is used first and last; its gradient is final only after both uses have delivered.
+  Tensor y = mul(w, 3.0);
+  Tensor z = mul(exp(y * 0.0) + y, w);  // (1 + 3w) w -> dz/dw = 1 + 6w = 13
+  z.backward();
+  ASSERT_EQ(log.order.size(), 1u);
+  EXPECT_EQ(log.grads[0], (std::vector<double>{13}));
+  // A second backward fires the hook again, once, with the accumulated gradient.
+  mul(w, 1.0).backward();
+  ASSERT_EQ(log.order.size(), 2u);
+  EXPECT_EQ(log.grads[1], (std::vector<double>{14}));
+}
+
+TEST(GradReadyHook, LeafUsedEarlyAndLateIsReportedAtItsLastUse) {
+  // a is used by layer 1 and again after layer 2; b only in layer 2. Last uses: a after b.
+  Tensor a = leaf({1, 2}, {2});
+  Tensor b = leaf({3, 4}, {2});
+  HookLog log;
+  watch(a, "a", &log);
+  watch(b, "b", &log);
+  Tensor h1 = tanh(mul(a, 0.5));
+  Tensor h2 = tanh(mul(h1, b));
+  Tensor out = sum(mul(h2, a));
+  out.backward();
+  EXPECT_EQ(log.order, (std::vector<std::string>{"b", "a"}));
+  EXPECT_EQ(log.grads[1], a.grad().to_vector<double>());
+}
+
+TEST(GradReadyHook, OnlyLeavesThatRequireGradAcceptHooks) {
+  Tensor x = zeros({2}, kF64);
+  EXPECT_THROW(x.register_grad_ready_hook([](const Tensor&) {}), Error);
+}
+
+}  // namespace
+}  // namespace dpt

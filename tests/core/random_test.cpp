@@ -1,0 +1,87 @@
+// Counter-based random numbers: reproducible by seed, well distributed, fresh on every draw.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/factory.h"
+#include "core/philox.h"
+
+namespace dpt {
+namespace {
+
+const TensorOptions kF64 = TensorOptions{}.with_dtype(DType::Float64);
+
+TEST(Random, SameSeedGivesSameNumbers) {
+  Generator a(42), b(42);
+  EXPECT_EQ(randn({100}, a).to_vector<float>(), randn({100}, b).to_vector<float>());
+  EXPECT_EQ(rand({100}, a).to_vector<float>(), rand({100}, b).to_vector<float>());
+  Generator c(42), d(43);
+  EXPECT_NE(randn({100}, c).to_vector<float>(), randn({100}, d).to_vector<float>());
+}
+
+TEST(Random, SuccessiveDrawsDifferAndAdvanceTheOffset) {
+  Generator gen(7);
+  auto first = randn({64}, gen).to_vector<float>();
+  EXPECT_EQ(gen.offset(), 64u);
+  auto second = randn({64}, gen).to_vector<float>();
+  EXPECT_NE(first, second);
+  // Restoring the state replays the second draw: (seed, offset) is the whole state.
+  gen.set_state(7, 64);
+  EXPECT_EQ(randn({64}, gen).to_vector<float>(), second);
+}
+
+TEST(Random, ElementIIsPhiloxOfSeedAndOffsetPlusI) {
+  Generator gen(99);
+  gen.advance(10);
+  auto v = randn({5}, gen, kF64).to_vector<double>();
+  for (uint64_t i = 0; i < 5; ++i) EXPECT_EQ(v[i], static_cast<double>(philox::normal_at(99, 10, i)));
+}
+
+TEST(Random, NormalHasRequestedMeanAndStd) {
+  Generator gen(3);
+  auto v = randn({100000}, gen, kF64, 2.0, 3.0).to_vector<double>();
+  double mean = 0, sq = 0;
+  for (double x : v) mean += x;
+  mean /= static_cast<double>(v.size());
+  for (double x : v) sq += (x - mean) * (x - mean);
+  double stddev = std::sqrt(sq / static_cast<double>(v.size()));
+  EXPECT_NEAR(mean, 2.0, 0.03);   // standard error 3 / sqrt(1e5) ~ 0.0095
+  EXPECT_NEAR(stddev, 3.0, 0.03);
+}
+
+TEST(Random, UniformStaysInRangeWithUniformMoments) {
+  Generator gen(5);
+  auto v = rand({100000}, gen, kF64, -1.0, 3.0).to_vector<double>();
+  double mean = 0, sq = 0;
+  for (double x : v) {
+    EXPECT_GE(x, -1.0);
+    EXPECT_LE(x, 3.0);
+    mean += x;
+  }
+  mean /= static_cast<double>(v.size());
+  for (double x : v) sq += (x - mean) * (x - mean);
+  EXPECT_NEAR(mean, 1.0, 0.02);
+  EXPECT_NEAR(sq / static_cast<double>(v.size()), 16.0 / 12.0, 0.02);  // (b - a)^2 / 12
+}
+
+TEST(Random, RandintCoversTheHalfOpenRange) {
+  Generator gen(11);
+  auto v = randint({10000}, 3, 7, gen, TensorOptions{}.with_dtype(DType::Int64)).to_vector<int64_t>();
+  std::vector<int> counts(4, 0);
+  for (int64_t x : v) {
+    ASSERT_GE(x, 3);
+    ASSERT_LT(x, 7);
+    ++counts[static_cast<size_t>(x - 3)];
+  }
+  for (int c : counts) EXPECT_NEAR(c, 2500, 200);
+}
+
+TEST(Random, BFloat16DrawIsTheRoundedFloatDraw) {
+  Generator a(8), b(8);
+  auto f = randn({256}, a).to_vector<float>();
+  auto h = randn({256}, b, TensorOptions{}.with_dtype(DType::BFloat16)).to_vector<float>();
+  for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(h[i], static_cast<float>(bf16(f[i])));
+}
+
+}  // namespace
+}  // namespace dpt
