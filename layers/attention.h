@@ -1,0 +1,34 @@
+#pragma once
+// Causal multi-head self-attention with a fused QKV projection (GPT-2's c_attn).
+//   x [B, T, C] -> qkv = x Wqkv^T + b [B, T, 3C] -> q, k, v each [B, H, T, D] (C = H * D)
+//   att = softmax(q k^T / sqrt(D) + mask) with mask[i][j] = -1e9 for j > i (position i sees 0..i)
+//   y = att v -> [B, T, C] -> proj
+// The mask is added rather than applied by selection so the whole layer is built from ops; -1e9 is
+// exactly zero after softmax in float32 and bfloat16.
+#include <map>
+#include <tuple>
+
+#include "layers/dropout.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace dpt::nn {
+
+class CausalSelfAttention : public Module {
+ public:
+  CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Linear> qkv;
+  std::shared_ptr<Linear> proj;
+
+ private:
+  Tensor causal_mask(int64_t t, const TensorOptions& options);  // [T, T], cached per (T, dtype, device)
+
+  int64_t n_embd_, n_head_;
+  double dropout_;
+  Generator* gen_;
+  std::map<std::tuple<int64_t, int, int, int>, Tensor> masks_;
+};
+
+}  // namespace dpt::nn

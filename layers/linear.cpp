@@ -1,0 +1,30 @@
+#include "layers/linear.h"
+
+#include "core/error.h"
+#include "core/ops.h"
+#include "layers/init.h"
+
+namespace dpt::nn {
+
+Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Generator& gen) {
+  DPT_CHECK(in_features > 0 && out_features > 0, "Linear: features must be positive, got in {} out {}", in_features,
+            out_features);
+  weight = register_parameter("weight", Tensor::empty({out_features, in_features}));
+  init::fan_in_uniform_(weight, gen, in_features);
+  if (with_bias) {
+    bias = register_parameter("bias", Tensor::empty({out_features}));
+    init::fan_in_uniform_(bias, gen, in_features);
+  }
+}
+
+Tensor Linear::forward(const Tensor& x) {
+  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input [..., {}], found {}",
+            weight.size(1), shape_str(x.shape()));
+  // [..., in] @ W^T; a rank-1 input is treated as one row.
+  Tensor in = x.dim() == 1 ? x.reshape({1, x.size(0)}) : x;
+  Tensor y = matmul(in, weight, false, true);
+  if (bias.defined()) y = y + bias;
+  return x.dim() == 1 ? y.reshape({weight.size(0)}) : y;
+}
+
+}  // namespace dpt::nn

@@ -1,0 +1,23 @@
+#include "layers/losses.h"
+
+#include "core/error.h"
+#include "core/ops.h"
+
+namespace dpt::nn {
+
+Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  DPT_CHECK(logits.dim() >= 1, "cross_entropy_loss: logits must have a class dimension");
+  Shape expected(logits.shape().begin(), logits.shape().end() - 1);
+  DPT_CHECK(targets.shape() == expected, "cross_entropy_loss: logits {} need targets {}, found {}",
+            shape_str(logits.shape()), shape_str(expected), shape_str(targets.shape()));
+  const int64_t classes = logits.size(-1);
+  return cross_entropy(logits.reshape({-1, classes}), targets.reshape({-1}), ignore_index);
+}
+
+Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
+  DPT_CHECK(prediction.shape() == target.shape(), "mse_loss: prediction {} and target {} differ in shape",
+            shape_str(prediction.shape()), shape_str(target.shape()));
+  return dpt::mse_loss(prediction, target);
+}
+
+}  // namespace dpt::nn

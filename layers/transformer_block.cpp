@@ -1,0 +1,29 @@
+#include "layers/transformer_block.h"
+
+#include "core/ops.h"
+#include "layers/dropout.h"
+
+namespace dpt::nn {
+
+FeedForward::FeedForward(int64_t n_embd, double dropout, Generator& gen) : dropout_(dropout), gen_(&gen) {
+  fc = register_module("fc", std::make_shared<Linear>(n_embd, 4 * n_embd, true, gen));
+  proj = register_module("proj", std::make_shared<Linear>(4 * n_embd, n_embd, true, gen));
+}
+
+Tensor FeedForward::forward(const Tensor& x) {
+  return dropout(proj->forward(gelu(fc->forward(x))), dropout_, is_training(), *gen_);
+}
+
+TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout, Generator& gen) {
+  ln1 = register_module("ln1", std::make_shared<LayerNorm>(n_embd));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, dropout, gen));
+  ln2 = register_module("ln2", std::make_shared<LayerNorm>(n_embd));
+  mlp = register_module("mlp", std::make_shared<FeedForward>(n_embd, dropout, gen));
+}
+
+Tensor TransformerBlock::forward(const Tensor& x) {
+  Tensor h = x + attn->forward(ln1->forward(x));
+  return h + mlp->forward(ln2->forward(h));
+}
+
+}  // namespace dpt::nn

@@ -1,0 +1,35 @@
+#pragma once
+// Pre-LN transformer block (GPT-2): x = x + attn(ln1(x)); x = x + mlp(ln2(x)), where
+// mlp = proj(gelu(fc(x))) with a 4x hidden width.
+#include "layers/attention.h"
+#include "layers/layer_norm.h"
+#include "layers/linear.h"
+#include "layers/module.h"
+
+namespace dpt::nn {
+
+class FeedForward : public Module {
+ public:
+  FeedForward(int64_t n_embd, double dropout = 0.0, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<Linear> fc;    // C -> 4C
+  std::shared_ptr<Linear> proj;  // 4C -> C, writes into the residual stream
+
+ private:
+  double dropout_;
+  Generator* gen_;
+};
+
+class TransformerBlock : public Module {
+ public:
+  TransformerBlock(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator());
+  Tensor forward(const Tensor& x) override;
+
+  std::shared_ptr<LayerNorm> ln1;
+  std::shared_ptr<CausalSelfAttention> attn;
+  std::shared_ptr<LayerNorm> ln2;
+  std::shared_ptr<FeedForward> mlp;
+};
+
+}  // namespace dpt::nn

@@ -1,0 +1,101 @@
+#include "optim/adam.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#ifdef DPT_HAVE_CUDA
+#include "optim/cuda/fused_kernels.h"
+#endif
+
+namespace dpt::optim {
+
+namespace {
+
+template <class T>
+void adam_cpu(T* p, const T* grad, T* m, T* v, int64_t n, double lr, double b1, double b2, double eps, double wd,
+              bool decoupled, double bc1, double bc2) {
+  for (int64_t i = 0; i < n; ++i) {
+    double w = static_cast<double>(p[i]);
+    double g = static_cast<double>(grad[i]);
+    if (decoupled) {
+      w *= 1.0 - lr * wd;
+    } else {
+      g += wd * w;
+    }
+    double mi = b1 * static_cast<double>(m[i]) + (1.0 - b1) * g;
+    double vi = b2 * static_cast<double>(v[i]) + (1.0 - b2) * g * g;
+    m[i] = static_cast<T>(mi);
+    v[i] = static_cast<T>(vi);
+    p[i] = static_cast<T>(w - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps));
+  }
+}
+
+}  // namespace
+
+Adam::Adam(const NamedTensors& params, const AdamOptions& options)
+    : Adam(std::vector<ParamGroup>{ParamGroup{params, options.weight_decay, 1.0}}, options, false) {}
+
+Adam::Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled_weight_decay)
+    : Optimizer(std::move(groups), options.lr, {"exp_avg", "exp_avg_sq"}),
+      options_(options),
+      decoupled_(decoupled_weight_decay) {
+  DPT_CHECK(options.beta1 >= 0 && options.beta1 < 1 && options.beta2 >= 0 && options.beta2 < 1,
+            "Adam: betas must be in [0, 1), got ({}, {})", options.beta1, options.beta2);
+}
+
+AdamW::AdamW(const NamedTensors& params, const AdamOptions& options)
+    : Adam(std::vector<ParamGroup>{ParamGroup{params, options.weight_decay, 1.0}}, options, true) {}
+
+AdamW::AdamW(std::vector<ParamGroup> groups, const AdamOptions& options) : Adam(std::move(groups), options, true) {}
+
+void Adam::update_group(size_t g, int64_t step) {
+  const ParamGroup& group = param_groups()[g];
+  const double lr = this->lr() * group.lr_scale;
+  const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step));
+  const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step));
+  std::vector<float*> dp, dm, dv;
+  std::vector<const float*> dg;
+  std::vector<int64_t> dn;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    const auto& [name, p] = group.params[i];
+    Tensor grad = p.grad();
+    if (!grad.defined()) continue;
+    const Tensor& m = state_[g][i][0];
+    const Tensor& v = state_[g][i][1];
+    if (p.device().is_cuda()) {
+      DPT_CHECK(p.dtype() == DType::Float32, "Adam: CUDA parameter '{}' is {}; keep float32 masters (MixedPrecision)",
+                name, dtype_name(p.dtype()));
+      dp.push_back(p.data<float>());
+      dg.push_back(grad.data<float>());
+      dm.push_back(m.data<float>());
+      dv.push_back(v.data<float>());
+      dn.push_back(p.numel());
+    } else if (p.dtype() == DType::Float32) {
+      adam_cpu(p.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), p.numel(), lr, options_.beta1,
+               options_.beta2, options_.eps, group.weight_decay, decoupled_, bc1, bc2);
+    } else if (p.dtype() == DType::Float64) {
+      adam_cpu(p.data<double>(), grad.data<double>(), m.data<double>(), v.data<double>(), p.numel(), lr,
+               options_.beta1, options_.beta2, options_.eps, group.weight_decay, decoupled_, bc1, bc2);
+    } else {
+      DPT_FAIL("Adam: parameter '{}' is {}; update float32 masters instead (MixedPrecision)", name,
+               dtype_name(p.dtype()));
+    }
+  }
+  if (dp.empty()) return;
+#ifdef DPT_HAVE_CUDA
+  cuda::AdamParams hp;
+  hp.lr = static_cast<float>(lr);
+  hp.beta1 = static_cast<float>(options_.beta1);
+  hp.beta2 = static_cast<float>(options_.beta2);
+  hp.eps = static_cast<float>(options_.eps);
+  hp.weight_decay = static_cast<float>(group.weight_decay);
+  hp.bias_correction1 = static_cast<float>(bc1);
+  hp.bias_correction2 = static_cast<float>(bc2);
+  hp.decoupled = decoupled_;
+  cuda::adam_update(dp, dg, dm, dv, dn, hp);
+#else
+  DPT_FAIL("Adam: CUDA parameters in a build without CUDA");
+#endif
+}
+
+}  // namespace dpt::optim

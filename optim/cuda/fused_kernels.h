@@ -1,0 +1,38 @@
+#pragma once
+// Fused multi-tensor CUDA updates (implemented in fused_kernels.cu, built only with CUDA). Host-side
+// declarations only, so CPU code can call them behind DPT_HAVE_CUDA.
+//
+// Multi-tensor apply: the host packs pointers and sizes of up to kMaxTensors tensors, plus a table
+// mapping each CUDA block to (tensor, chunk), into one kernel argument struct; one launch then
+// updates all of them. A group with more tensors or chunks than fit takes a few launches, never one
+// per tensor. All tensors are float32, contiguous, on the current device; work goes on the current
+// stream.
+#include <cstdint>
+#include <vector>
+
+namespace dpt::optim::cuda {
+
+struct AdamParams {
+  float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
+  float bias_correction1 = 1.f, bias_correction2 = 1.f;  // 1 - beta^t
+  bool decoupled = false;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p
+};
+void adam_update(const std::vector<float*>& params, const std::vector<const float*>& grads,
+                 const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
+                 const std::vector<int64_t>& sizes, const AdamParams& hp);
+
+struct SgdParams {
+  float lr = 1e-2f, momentum = 0.f, weight_decay = 0.f;
+  bool nesterov = false;
+};
+// `momentum_buffers` is empty when momentum == 0.
+void sgd_update(const std::vector<float*>& params, const std::vector<const float*>& grads,
+                const std::vector<float*>& momentum_buffers, const std::vector<int64_t>& sizes,
+                const SgdParams& hp);
+
+// sum over all tensors of sum(x^2), reduced deterministically (fixed block order); waits for the result.
+double sum_of_squares(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes);
+// x *= factor for every tensor.
+void scale(const std::vector<float*>& tensors, const std::vector<int64_t>& sizes, float factor);
+
+}  // namespace dpt::optim::cuda

@@ -1,0 +1,92 @@
+#include "optim/grad_clip.h"
+
+#include <cmath>
+
+#include "core/error.h"
+#ifdef DPT_HAVE_CUDA
+#include "optim/cuda/fused_kernels.h"
+#endif
+
+namespace dpt::optim {
+
+namespace {
+
+struct GradLists {
+  std::vector<Tensor> cpu;
+  std::vector<float*> cuda;
+  std::vector<int64_t> cuda_sizes;
+};
+
+GradLists gather(const std::vector<Tensor>& params) {
+  GradLists lists;
+  for (const Tensor& p : params) {
+    Tensor g = p.grad();
+    if (!g.defined()) continue;
+    if (g.device().is_cuda()) {
+      DPT_CHECK(g.dtype() == DType::Float32, "clip_grad_norm: CUDA gradients must be float32, found {}",
+                dtype_name(g.dtype()));
+      lists.cuda.push_back(g.data<float>());
+      lists.cuda_sizes.push_back(g.numel());
+    } else {
+      DPT_CHECK(g.dtype() == DType::Float32 || g.dtype() == DType::Float64,
+                "clip_grad_norm: CPU gradients must be float32 or float64, found {}", dtype_name(g.dtype()));
+      lists.cpu.push_back(g);
+    }
+  }
+  return lists;
+}
+
+double sum_squares(const GradLists& lists) {
+  double total = 0;
+  for (const Tensor& g : lists.cpu) {
+    if (g.dtype() == DType::Float32) {
+      const float* x = g.data<float>();
+      for (int64_t i = 0; i < g.numel(); ++i) total += static_cast<double>(x[i]) * x[i];
+    } else {
+      const double* x = g.data<double>();
+      for (int64_t i = 0; i < g.numel(); ++i) total += x[i] * x[i];
+    }
+  }
+  if (!lists.cuda.empty()) {
+#ifdef DPT_HAVE_CUDA
+    std::vector<const float*> ptrs(lists.cuda.begin(), lists.cuda.end());
+    total += cuda::sum_of_squares(ptrs, lists.cuda_sizes);
+#endif
+  }
+  return total;
+}
+
+}  // namespace
+
+double grad_norm(const std::vector<Tensor>& params) { return std::sqrt(sum_squares(gather(params))); }
+
+double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
+  DPT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
+  GradLists lists = gather(params);
+  double norm = std::sqrt(sum_squares(lists));
+  if (!std::isfinite(norm) || norm <= max_norm) return norm;
+  double factor = max_norm / (norm + 1e-6);
+  for (const Tensor& g : lists.cpu) {
+    if (g.dtype() == DType::Float32) {
+      float* x = g.data<float>();
+      for (int64_t i = 0; i < g.numel(); ++i) x[i] = static_cast<float>(x[i] * factor);
+    } else {
+      double* x = g.data<double>();
+      for (int64_t i = 0; i < g.numel(); ++i) x[i] *= factor;
+    }
+  }
+  if (!lists.cuda.empty()) {
+#ifdef DPT_HAVE_CUDA
+    cuda::scale(lists.cuda, lists.cuda_sizes, static_cast<float>(factor));
+#endif
+  }
+  return norm;
+}
+
+double clip_grad_norm(const NamedTensors& params, double max_norm) {
+  std::vector<Tensor> ps;
+  for (const auto& [name, p] : params) ps.push_back(p);
+  return clip_grad_norm(ps, max_norm);
+}
+
+}  // namespace dpt::optim
