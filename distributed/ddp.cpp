@@ -1,0 +1,353 @@
+#include "distributed/ddp.h"
+
+#include <algorithm>
+#include <numeric>
+#include <sstream>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/kernels.h"
+#include "core/ops.h"
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/stream.h"
+#endif
+
+namespace dpt::dist {
+
+// CUDA events of one synchronised backward: a start mark, one launch/end pair per bucket, and the
+// end of backward. The end event of a bucket is recorded on a side stream that only waits for that
+// bucket's AllReduce, so it fires when the communication finished, whatever compute is doing.
+struct DistributedDataParallel::TimingState {
+#ifdef DPT_HAVE_CUDA
+  std::unique_ptr<cuda::CudaEvent> start;
+  std::unique_ptr<cuda::CudaEvent> backward_end;  // compute stream, before it waits for communication
+  std::vector<std::pair<size_t, std::pair<cuda::CudaEvent, cuda::CudaEvent>>> buckets;
+  cudaStream_t probe_stream = nullptr;
+  ~TimingState() {
+    if (probe_stream) cudaStreamDestroy(probe_stream);
+  }
+#endif
+};
+
+namespace {
+
+std::string describe_params(const NamedTensors& params) {
+  std::ostringstream os;
+  for (const auto& [name, t] : params) os << name << ' ' << shape_str(t.shape()) << ' ' << dtype_name(t.dtype()) << '\n';
+  return os.str();
+}
+
+std::vector<std::string> split_lines(const std::string& text) {
+  std::vector<std::string> lines;
+  std::istringstream is(text);
+  for (std::string line; std::getline(is, line);) lines.push_back(line);
+  return lines;
+}
+
+NamedTensors trainable(const NamedTensors& params) {
+  NamedTensors out;
+  for (const auto& p : params) {
+    if (p.second.requires_grad()) out.push_back(p);
+  }
+  return out;
+}
+
+}  // namespace
+
+DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
+                                                 std::shared_ptr<ProcessGroup> group, DDPOptions options)
+    : DistributedDataParallel(module->named_parameters(), module->named_buffers(), std::move(group), options) {
+  module_ = std::move(module);
+}
+
+DistributedDataParallel::DistributedDataParallel(NamedTensors params, NamedTensors buffers,
+                                                 std::shared_ptr<ProcessGroup> group, DDPOptions options)
+    : params_(trainable(params)), buffers_(std::move(buffers)), group_(std::move(group)), options_(options) {
+  DPT_CHECK(group_ != nullptr, "DistributedDataParallel: no process group");
+  DPT_CHECK(options_.bucket_cap_mb > 0 && options_.first_bucket_mb > 0,
+            "DistributedDataParallel: bucket sizes must be positive (bucket_cap_mb {}, first_bucket_mb {})",
+            options_.bucket_cap_mb, options_.first_bucket_mb);
+  verify_same_model_across_ranks();
+  broadcast_from_rank0();
+  std::vector<size_t> reverse(params_.size());
+  std::iota(reverse.rbegin(), reverse.rend(), size_t{0});
+  build_buckets(reverse);
+  register_hooks();
+  callback_id_ = add_backward_end_callback([alive = alive_] {
+    if (*alive) (*alive)->finish_backward();
+  });
+}
+
+DistributedDataParallel::~DistributedDataParallel() {
+  *alive_ = nullptr;
+  remove_backward_end_callback(callback_id_);
+}
+
+// Every rank publishes its parameter list; every rank compares all lists with rank 0's, so a mismatch
+// is reported on every rank (not just the odd one out, which would leave the others hanging).
+void DistributedDataParallel::verify_same_model_across_ranks() {
+  Store& store = *group_->store();
+  std::string prefix = "ddp/" + std::to_string(instance_id()) + "/params/";
+  store.set(prefix + std::to_string(group_->rank()), describe_params(params_));
+  std::vector<std::string> mine = split_lines(store.get(prefix + "0"));
+  for (int r = 0; r < group_->size(); ++r) {
+    std::vector<std::string> theirs = split_lines(store.get(prefix + std::to_string(r)));
+    size_t n = std::max(mine.size(), theirs.size());
+    for (size_t i = 0; i < n; ++i) {
+      std::string a = i < mine.size() ? mine[i] : "(none)";
+      std::string b = i < theirs.size() ? theirs[i] : "(none)";
+      DPT_CHECK(a == b,
+                "DistributedDataParallel: rank {} has a different model than rank 0: parameter #{} is '{}' on "
+                "rank 0 but '{}' on rank {}",
+                r, i, a, b, r);
+    }
+  }
+}
+
+uint64_t DistributedDataParallel::instance_id() {
+  // Same value on every rank as long as every rank builds its DDP wrappers in the same order.
+  static uint64_t next = 0;
+  if (!instance_id_) instance_id_ = ++next;
+  return *instance_id_;
+}
+
+void DistributedDataParallel::broadcast_from_rank0() {
+  NoGradGuard no_grad;
+  std::vector<std::shared_ptr<Work>> works;
+  for (const auto& [name, p] : params_) works.push_back(group_->broadcast(p.detach(), 0));
+  if (options_.broadcast_buffers) {
+    for (const auto& [name, b] : buffers_) works.push_back(group_->broadcast(b.detach(), 0));
+  }
+  for (auto& w : works) w->wait();
+}
+
+void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
+  NoGradGuard no_grad;
+  std::vector<Tensor> tensors;
+  for (const auto& p : params_) tensors.push_back(p.second);
+  auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
+  std::vector<BucketSpec> specs = assign_buckets(tensors, order, mb(options_.first_bucket_mb), mb(options_.bucket_cap_mb));
+
+  std::vector<GradBucket> buckets;
+  bucket_of_.assign(params_.size(), 0);
+  position_in_bucket_.assign(params_.size(), 0);
+  for (size_t b = 0; b < specs.size(); ++b) {
+    GradBucket bucket;
+    bucket.params = specs[b].params;
+    int64_t total = 0;
+    for (size_t i : bucket.params) {
+      bucket.offsets.push_back(total);
+      total += tensors[i].numel();
+    }
+    const Tensor& first = tensors[bucket.params.front()];
+    bucket.buffer = zeros({total}, first.options());
+    if (options_.comm_dtype && *options_.comm_dtype != first.dtype()) {
+      bucket.comm_buffer = zeros({total}, first.options().with_dtype(*options_.comm_dtype));
+    }
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      size_t i = bucket.params[j];
+      const Tensor& p = tensors[i];
+      Tensor view = bucket.buffer.slice(bucket.offsets[j], bucket.offsets[j] + p.numel()).reshape(p.shape());
+      Tensor old = p.grad();
+      if (old.defined()) view.copy_(old);  // keep gradients already accumulated (rebuild mid-run)
+      p.set_grad(view);
+      bucket_of_[i] = b;
+      position_in_bucket_[i] = j;
+    }
+    bucket.pending = bucket.params.size();
+    buckets.push_back(std::move(bucket));
+  }
+  buckets_ = std::move(buckets);
+  ready_.assign(params_.size(), false);
+  next_to_launch_ = 0;
+}
+
+void DistributedDataParallel::register_hooks() {
+  for (size_t i = 0; i < params_.size(); ++i) {
+    params_[i].second.register_grad_ready_hook([alive = alive_, i](const Tensor&) {
+      if (*alive) (*alive)->on_grad_ready(i);
+    });
+  }
+}
+
+void DistributedDataParallel::on_grad_ready(size_t param_index) {
+  if (!sync_enabled_) return;
+  if (!in_backward_) {
+    in_backward_ = true;
+#ifdef DPT_HAVE_CUDA
+    if (record_timing_ && params_[0].second.device().is_cuda()) {
+      timing_ = std::make_unique<TimingState>();
+      timing_->start = std::make_unique<cuda::CudaEvent>(true);
+      timing_->start->record();
+      timing_->probe_stream = cuda::create_stream(params_[0].second.device().index);
+    }
+#endif
+  }
+  const Tensor& p = params_[param_index].second;
+  GradBucket& bucket = buckets_[bucket_of_[param_index]];
+  // A gradient replaced behind our back (zero_grad(set_to_none), user code) is copied back into the
+  // bucket so the communicated buffer is always the one the optimizer reads.
+  Tensor view = bucket.buffer.slice(bucket.offsets[position_in_bucket_[param_index]],
+                                    bucket.offsets[position_in_bucket_[param_index]] + p.numel());
+  Tensor grad = p.grad();
+  if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
+    Tensor v = view.reshape(p.shape());
+    if (grad.defined()) {
+      v.copy_(grad);
+    } else {
+      v.zero_();
+    }
+    p.set_grad(v);
+  }
+  DPT_CHECK(!ready_[param_index],
+            "DistributedDataParallel: the gradient of '{}' became final twice in one backward (a parameter "
+            "used in two backward passes without a step in between needs no_sync())",
+            params_[param_index].first);
+  ready_[param_index] = true;
+  if (!rebuilt_) ready_order_.push_back(param_index);
+  --bucket.pending;
+  launch_ready_buckets();
+}
+
+void DistributedDataParallel::launch_ready_buckets() {
+  while (next_to_launch_ < buckets_.size() && buckets_[next_to_launch_].pending == 0) {
+    launch(buckets_[next_to_launch_]);
+    ++next_to_launch_;
+  }
+}
+
+void DistributedDataParallel::launch(GradBucket& bucket) {
+  NoGradGuard no_grad;
+  // Average by pre-scaling with 1/world, then summing: the same rule for every backend and dtype, exact
+  // for power-of-two worlds, and in bf16 it keeps the summed values in range.
+  kernels::unary(kernels::UnaryOp::Scale, bucket.buffer, bucket.buffer, 1.0 / group_->size());
+  Tensor payload = bucket.buffer;
+  if (bucket.comm_buffer.defined()) {
+    bucket.comm_buffer.copy_(bucket.buffer);
+    payload = bucket.comm_buffer;
+  }
+#ifdef DPT_HAVE_CUDA
+  std::unique_ptr<cuda::CudaEvent> launch_event;
+  if (timing_) {
+    launch_event = std::make_unique<cuda::CudaEvent>(true);
+    launch_event->record();
+  }
+#endif
+  bucket.work = group_->allreduce(payload, ReduceOp::Sum);
+  bucket.launched = true;
+#ifdef DPT_HAVE_CUDA
+  if (timing_) {
+    cuda::CudaEvent end_event(true);
+    {
+      cuda::StreamGuard on_probe(timing_->probe_stream);
+      bucket.work->wait();  // the probe stream (only) waits for the AllReduce
+      end_event.record(timing_->probe_stream);
+    }
+    size_t index = static_cast<size_t>(&bucket - buckets_.data());
+    timing_->buckets.push_back({index, {std::move(*launch_event), std::move(end_event)}});
+  }
+#endif
+}
+
+void DistributedDataParallel::finish_backward() {
+  if (!in_backward_) return;  // a backward that reached none of our parameters, or inside no_sync
+  in_backward_ = false;
+#ifdef DPT_HAVE_CUDA
+  if (timing_) {
+    timing_->backward_end = std::make_unique<cuda::CudaEvent>(true);
+    timing_->backward_end->record();
+  }
+#endif
+  // Parameters that got no gradient: with find_unused_parameters their (zero) gradients are
+  // communicated so every rank still runs the same collectives; otherwise it is the user's error.
+  std::vector<std::string> unused;
+  for (size_t i = 0; i < params_.size(); ++i) {
+    if (ready_[i]) continue;
+    if (!options_.find_unused_parameters) {
+      unused.push_back(params_[i].first);
+      continue;
+    }
+    GradBucket& bucket = buckets_[bucket_of_[i]];
+    const Tensor& p = params_[i].second;
+    Tensor view = bucket.buffer.slice(bucket.offsets[position_in_bucket_[i]],
+                                      bucket.offsets[position_in_bucket_[i]] + p.numel());
+    if (!p.grad().defined() || p.grad().data_ptr() != view.data_ptr()) p.set_grad(view.reshape(p.shape()));
+    ready_[i] = true;
+    --bucket.pending;
+  }
+  if (!unused.empty()) {
+    std::string names;
+    for (size_t i = 0; i < unused.size() && i < 8; ++i) names += (i ? ", " : "") + unused[i];
+    for (auto& b : buckets_) b.pending = b.params.size();
+    ready_.assign(params_.size(), false);
+    next_to_launch_ = 0;
+    DPT_FAIL("DistributedDataParallel: {} parameter(s) received no gradient in this backward ({}); construct "
+             "DDP with find_unused_parameters = true if the model skips parameters",
+             unused.size(), names);
+  }
+  launch_ready_buckets();
+
+  // The compute stream waits on every AllReduce (CUDA: event waits; Gloo: the host waits).
+  NoGradGuard no_grad;
+  for (auto& bucket : buckets_) {
+    bucket.work->wait();
+    if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
+    bucket.work.reset();
+    bucket.launched = false;
+    bucket.pending = bucket.params.size();
+  }
+  ready_.assign(params_.size(), false);
+  next_to_launch_ = 0;
+#ifdef DPT_HAVE_CUDA
+  if (timing_) finished_timing_ = std::move(timing_);
+#endif
+  ++iteration_;
+  if (options_.rebuild_buckets && !rebuilt_) rebuild_from_observed_order();
+}
+
+// Rank 0's observed order decides: each rank may see a slightly different order (e.g. ties broken by
+// timing), and buckets must be identical everywhere.
+void DistributedDataParallel::rebuild_from_observed_order() {
+  rebuilt_ = true;
+  std::vector<size_t> order = ready_order_;
+  // Parameters never seen ready (unused this time) go last, in reverse registration order.
+  std::vector<bool> seen(params_.size(), false);
+  for (size_t i : order) seen[i] = true;
+  for (size_t i = params_.size(); i-- > 0;) {
+    if (!seen[i]) order.push_back(i);
+  }
+  std::vector<int64_t> as_int(order.begin(), order.end());
+  Tensor shared = from_vector(as_int, {static_cast<int64_t>(as_int.size())}, TensorOptions{}.with_dtype(DType::Int64));
+  group_->broadcast(shared, 0)->wait();
+  std::vector<int64_t> agreed = shared.to_vector<int64_t>();
+  std::vector<size_t> rank0_order(agreed.begin(), agreed.end());
+  build_buckets(rank0_order);
+  ready_order_.clear();
+}
+
+std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {
+  std::vector<std::vector<std::string>> layout;
+  for (const auto& b : buckets_) {
+    layout.emplace_back();
+    for (size_t i : b.params) layout.back().push_back(params_[i].first);
+  }
+  return layout;
+}
+
+std::vector<BucketTiming> DistributedDataParallel::last_timings() {
+  std::vector<BucketTiming> out;
+#ifdef DPT_HAVE_CUDA
+  if (!finished_timing_) return out;
+  finished_timing_->backward_end->synchronize();
+  for (auto& [index, events] : finished_timing_->buckets) {
+    events.second.synchronize();
+    out.push_back({index, finished_timing_->start->elapsed_ms(events.first),
+                   finished_timing_->start->elapsed_ms(events.second)});
+  }
+  backward_end_ms_ = finished_timing_->start->elapsed_ms(*finished_timing_->backward_end);
+#endif
+  return out;
+}
+
+}  // namespace dpt::dist

@@ -1,0 +1,130 @@
+#pragma once
+// DistributedDataParallel: the model is replicated on every rank, each rank differentiates its own
+// shard of the batch, and gradients are averaged across ranks while backward is still running.
+//
+// One step, as the code follows it:
+//  1. Construction checks that every rank holds the same parameter names, shapes and dtypes (a
+//     mismatch is an error on every rank naming the first differing parameter), broadcasts rank 0's
+//     parameters and buffers, and lays the gradients out in buckets (grad_bucket.h).
+//  2. During backward, each parameter's grad-ready hook (core/autograd.h) marks it final in its
+//     bucket. When the last gradient of a bucket is final, and every bucket before it has been
+//     launched, the bucket is scaled by 1/world (exact for powers of two; the one averaging rule, used
+//     for every backend and comm dtype) and summed by an asynchronous AllReduce on the process group's
+//     communication stream. Buckets launch strictly in index order on every rank, so every rank issues
+//     the same collectives in the same order.
+//  3. At the end of backward (a backward-end callback) buckets still holding parameters that received
+//     no gradient are launched (find_unused_parameters; otherwise that is an error naming them), and the
+//     compute stream waits on every AllReduce — an event wait, never a host synchronisation on CUDA.
+//     Buckets communicated in comm_dtype (bf16) are converted back into the float32 gradients here.
+//  4. After the first iteration, buckets are rebuilt in the order gradients actually became ready;
+//     rank 0's order is broadcast so every rank rebuilds identically.
+// Inside a no_sync() scope hooks do nothing: gradients accumulate in the buckets and are communicated
+// by the first backward outside the scope (gradient accumulation).
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "core/tensor.h"
+#include "distributed/grad_bucket.h"
+#include "distributed/process_group.h"
+#include "layers/module.h"
+
+namespace dpt::dist {
+
+struct DDPOptions {
+  double bucket_cap_mb = 25.0;
+  double first_bucket_mb = 1.0;
+  bool find_unused_parameters = false;
+  std::optional<DType> comm_dtype;  // e.g. bfloat16: communicate in it, accumulate back in float32
+  bool rebuild_buckets = true;      // after the first iteration, in observed ready order
+  bool broadcast_buffers = true;
+};
+
+// Per-bucket timing on CUDA, to show communication overlapping backward (see overlap_report()).
+struct BucketTiming {
+  size_t bucket = 0;
+  float launch_ms = 0;  // when the AllReduce was queued, relative to the backward's first hook
+  float end_ms = 0;     // when it finished on the communication stream
+};
+
+class DistributedDataParallel {
+ public:
+  DistributedDataParallel(std::shared_ptr<nn::Module> module, std::shared_ptr<ProcessGroup> group,
+                          DDPOptions options = {});
+  // For models that are not a Module: the parameters and buffers, with their names, in order.
+  DistributedDataParallel(NamedTensors params, NamedTensors buffers, std::shared_ptr<ProcessGroup> group,
+                          DDPOptions options = {});
+  ~DistributedDataParallel();
+  DistributedDataParallel(const DistributedDataParallel&) = delete;
+  DistributedDataParallel& operator=(const DistributedDataParallel&) = delete;
+
+  const std::shared_ptr<nn::Module>& module() const { return module_; }
+  Tensor forward(const Tensor& input) { return module_->forward(input); }
+
+  // RAII scope that skips communication (gradient accumulation across micro-batches).
+  class NoSyncGuard {
+   public:
+    explicit NoSyncGuard(DistributedDataParallel& ddp) : ddp_(ddp), previous_(ddp.sync_enabled_) {
+      ddp_.sync_enabled_ = false;
+    }
+    ~NoSyncGuard() { ddp_.sync_enabled_ = previous_; }
+
+   private:
+    DistributedDataParallel& ddp_;
+    bool previous_;
+  };
+  NoSyncGuard no_sync() { return NoSyncGuard(*this); }
+
+  size_t num_buckets() const { return buckets_.size(); }
+  // Parameter names of each bucket, in bucket order (for tests and logs).
+  std::vector<std::vector<std::string>> bucket_layout() const;
+  // Opt-in per-bucket CUDA event timing of the last synchronised backward (host-synchronises when read).
+  void set_record_timing(bool on) { record_timing_ = on; }
+  std::vector<BucketTiming> last_timings();
+  float last_backward_end_ms() const { return backward_end_ms_; }  // valid after last_timings()
+
+ private:
+  void verify_same_model_across_ranks();
+  void broadcast_from_rank0();
+  void build_buckets(const std::vector<size_t>& order);
+  void register_hooks();
+  void on_grad_ready(size_t param_index);
+  void launch_ready_buckets();
+  void launch(GradBucket& bucket);
+  void finish_backward();
+  void rebuild_from_observed_order();
+  uint64_t instance_id();
+
+  std::shared_ptr<nn::Module> module_;
+  NamedTensors params_;   // only those that require grad
+  NamedTensors buffers_;
+  std::shared_ptr<ProcessGroup> group_;
+  DDPOptions options_;
+
+  std::vector<GradBucket> buckets_;
+  std::vector<size_t> bucket_of_;        // parameter index -> bucket index
+  std::vector<size_t> position_in_bucket_;
+  std::vector<bool> ready_;              // parameter's gradient final in this backward
+  std::vector<size_t> ready_order_;      // observed in the first synchronised backward
+  size_t next_to_launch_ = 0;
+  bool in_backward_ = false;
+  bool sync_enabled_ = true;
+  bool rebuilt_ = false;
+  uint64_t iteration_ = 0;
+  uint64_t callback_id_ = 0;
+
+  // Hooks and the backward-end callback reach this object through a cell the destructor clears, so a
+  // tensor outliving its DDP wrapper never calls into a dead object.
+  std::shared_ptr<DistributedDataParallel*> alive_ = std::make_shared<DistributedDataParallel*>(this);
+  std::optional<uint64_t> instance_id_;
+
+  bool record_timing_ = false;
+  struct TimingState;
+  std::unique_ptr<TimingState> timing_;           // the backward in flight
+  std::unique_ptr<TimingState> finished_timing_;  // the last finished one
+  float backward_end_ms_ = 0;
+};
+
+}  // namespace dpt::dist
