@@ -9,6 +9,25 @@
 
 namespace dpt {
 
+namespace {
+// GEMM reads contiguous row-major matrices. A view whose last two dims are swapped relative to a
+// contiguous layout (k.transpose(-2, -1) in attention) is read as-is with the transpose flag flipped,
+// instead of being copied.
+Tensor gemm_operand(const Tensor& x, bool* transposed) {
+  Tensor d = x.detach();
+  if (d.is_contiguous()) return d;
+  Shape shape = d.shape(), strides = d.strides();
+  std::swap(shape[shape.size() - 1], shape[shape.size() - 2]);
+  std::swap(strides[strides.size() - 1], strides[strides.size() - 2]);
+  Tensor swapped = make_view(d, shape, strides, d.impl()->offset);
+  if (swapped.is_contiguous()) {
+    *transposed = !*transposed;
+    return swapped;
+  }
+  return detail::contiguous_data(d);
+}
+}  // namespace
+
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
   detail::check_compatible("matmul", a, b);
   detail::check_floating("matmul", a);
@@ -34,11 +53,12 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   args.k = ka;
   args.transpose_a = transpose_a;
   args.transpose_b = transpose_b;
+  Tensor a_data = gemm_operand(a, &args.transpose_a), b_data = gemm_operand(b, &args.transpose_b);
   args.stride_a = batch_a.empty() ? 0 : m * ka;
   args.stride_b = batch_b.empty() ? 0 : ka * n;
   args.stride_c = m * n;
   Tensor out = detail::empty_as(a, out_shape);
-  kernels::gemm(detail::contiguous_data(a.detach()), detail::contiguous_data(b.detach()), out, args);
+  kernels::gemm(a_data, b_data, out, args);
 
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   Tensor sa = a.detach(), sb = b.detach();

@@ -101,6 +101,18 @@ TEST_F(OpGradient, BatchedMatmul) {
                          {normal({2, 2, 4, 3}), normal({2, 2, 5, 4})}, kTol);
 }
 
+TEST_F(OpGradient, MatmulOfTransposedAndSlicedViews) {
+  // Transposed views are read in place (flipped transpose flag); sliced ones are copied.
+  expect_gradients_match([](const Inputs& x) { return matmul(x[0].transpose(0, 1), x[1]); },
+                         {normal({4, 3}), normal({4, 2})}, kTol);
+  expect_gradients_match([](const Inputs& x) { return matmul(x[0], x[1].transpose(-2, -1), false, true); },
+                         {normal({2, 3, 4}), normal({2, 4, 3})}, kTol);
+  expect_gradients_match([](const Inputs& x) { return matmul(x[0], x[1].transpose(-2, -1)); },
+                         {normal({2, 3, 4}), normal({2, 5, 4})}, kTol);
+  expect_gradients_match([](const Inputs& x) { return matmul(slice(x[0], 1, 1, 4), x[1]); },
+                         {normal({3, 5}), normal({3, 2})}, kTol);
+}
+
 TEST_F(OpGradient, BatchedMatmulWithASharedTwoDimensionalOperand) {
   for (bool ta : {false, true}) {
     for (bool tb : {false, true}) {
