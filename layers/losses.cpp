@@ -14,8 +14,8 @@ Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets, int64_t i
   return cross_entropy(logits.reshape({-1, classes}), targets.reshape({-1}), ignore_index);
 }
 
-Tensor mse_loss(const Tensor& prediction, const Tensor& target) {
-  DPT_CHECK(prediction.shape() == target.shape(), "mse_loss: prediction {} and target {} differ in shape",
+Tensor mse(const Tensor& prediction, const Tensor& target) {
+  DPT_CHECK(prediction.shape() == target.shape(), "mse: prediction {} and target {} differ in shape",
             shape_str(prediction.shape()), shape_str(target.shape()));
   return dpt::mse_loss(prediction, target);
 }

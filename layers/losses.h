@@ -7,7 +7,8 @@ namespace dpt::nn {
 // logits [..., C], targets [...] (int32/int64) -> mean over targets != ignore_index of
 // -log softmax(logits)[target]. float32 result for bfloat16 logits.
 Tensor cross_entropy_loss(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
-// mean((prediction - target)^2) over all elements; shapes must match.
-Tensor mse_loss(const Tensor& prediction, const Tensor& target);
+// mean((prediction - target)^2) over all elements; shapes must match (no broadcasting, unlike
+// dpt::mse_loss, so a [N] vs [N, 1] mistake fails loudly).
+Tensor mse(const Tensor& prediction, const Tensor& target);
 
 }  // namespace dpt::nn

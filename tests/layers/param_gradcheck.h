@@ -34,6 +34,9 @@ inline void expect_param_gradients_match(const std::function<Tensor()>& f, const
     Tensor g = t.grad();
     std::vector<double> analytic =
         g.defined() ? g.to_vector<double>() : std::vector<double>(static_cast<size_t>(t.numel()), 0.0);
+    bool any_nonzero = false;
+    for (double a : analytic) any_nonzero = any_nonzero || a != 0.0;
+    EXPECT_TRUE(any_nonzero) << name << ": gradient is identically zero, the check would prove nothing";
     double* p = t.data<double>();
     for (int64_t j = 0; j < t.numel(); ++j) {
       const double saved = p[j];
