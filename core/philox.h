@@ -48,9 +48,13 @@ DPT_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t offset, uint64_t
 
 DPT_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t offset, uint64_t index) {
   Words w = philox4x32(offset + index, 1, seed);
-  float u1 = to_unit_float(w.v[0]), u2 = to_unit_float(w.v[1]);
-  // Box-Muller, one output per counter: simple and identical on both backends.
-  return sqrtf(-2.0f * logf(u1)) * cosf(6.2831853071795864f * u2);
+  double u1 = to_unit_float(w.v[0]), u2 = to_unit_float(w.v[1]);
+  // Box-Muller, one output per counter. Evaluated in double and rounded once to float: glibc's and
+  // CUDA's float logf/cosf differ by an ulp on a visible fraction of inputs, while their double log/cos
+  // are within an ulp or two of exact, so the rounded floats agree unless a result lies within ~2^-28
+  // relative of a float rounding boundary. Products only (no a * b + c), so FMA contraction on the
+  // device cannot change the result either.
+  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
 }
 
 }  // namespace dpt::philox

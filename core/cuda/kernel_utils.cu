@@ -2,6 +2,7 @@
 #include <atomic>
 
 #include "core/cuda/kernel_utils.cuh"
+#include "core/cuda_runtime.h"
 
 namespace dpt::cuda_kernels {
 
@@ -16,5 +17,14 @@ int sm_count(int device) {
   }
   return n;
 }
+
+}  // namespace dpt::cuda_kernels
+
+namespace dpt::cuda_kernels {
+
+DeviceBuffer::DeviceBuffer(size_t nbytes, int device)
+    : ptr_(cuda::allocate(nbytes, device)), nbytes_(nbytes), device_(device) {}
+
+DeviceBuffer::~DeviceBuffer() { cuda::deallocate(ptr_, nbytes_, device_); }
 
 }  // namespace dpt::cuda_kernels

@@ -166,3 +166,26 @@ inline int row_threads(int64_t n, int vec = 1) {
 }
 
 }  // namespace dpt::cuda_kernels
+
+namespace dpt::cuda_kernels {
+
+// Scratch memory for a kernel call, from the stream-ordered pool: allocated and freed on the current
+// stream, so freeing right after the launches that use it is safe (the free is ordered after them).
+class DeviceBuffer {
+ public:
+  DeviceBuffer(size_t nbytes, int device);
+  ~DeviceBuffer();
+  DeviceBuffer(const DeviceBuffer&) = delete;
+  DeviceBuffer& operator=(const DeviceBuffer&) = delete;
+  template <class T>
+  T* as() const {
+    return static_cast<T*>(ptr_);
+  }
+
+ private:
+  void* ptr_ = nullptr;
+  size_t nbytes_ = 0;
+  int device_ = 0;
+};
+
+}  // namespace dpt::cuda_kernels

@@ -1,0 +1,132 @@
+// Fused cross-entropy over [rows, classes] logits. Forward: one pass over each row gives the online
+// (max, sum exp) pair, hence logsumexp, and loss = logsumexp - logit[target]; only those two per-row
+// statistics are written (float32 for float32/bfloat16 logits, as on the CPU; no probabilities are
+// kept). Backward rebuilds softmax = exp(logit - logsumexp) from the saved statistic and writes
+// scale * (softmax - onehot(target)) in one pass; `scale` (= gy / count) stays on the device, so the
+// whole loss needs no host synchronisation. Rows of up to 1024 classes get one warp, longer rows (a
+// vocabulary) one block.
+#include <algorithm>
+
+#include "core/cuda/cuda_kernels.h"
+#include "core/cuda/row_reduce.cuh"
+
+namespace dpt::cuda_kernels {
+
+namespace {
+
+template <class T>
+using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
+template <class T, class S, class I, bool WarpRow>
+__global__ void cross_entropy_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t rows,
+                                     int64_t classes, int64_t ignore_index, S* __restrict__ losses,
+                                     S* __restrict__ logsumexp) {
+  using C = Stat<T>;
+  __shared__ C scratch_m[32], scratch_s[32];
+  const RowSlot<WarpRow> slot;
+  if (slot.row >= rows) return;
+  const T* x = logits + slot.row * classes;
+  C m = neg_inf<C>(), s = 0;
+  for (int64_t j = slot.tid; j < classes; j += slot.nthreads) online_add(m, s, convert<C>(x[j]));
+  row_online<WarpRow>(m, s, scratch_m, scratch_s);
+  if (slot.tid != 0) return;
+  const C lse = m + fast_log(s);
+  const int64_t t = static_cast<int64_t>(targets[slot.row]);
+  C loss = 0;
+  if (t != ignore_index) {
+    // A kernel cannot throw: an out-of-range target gives a NaN loss instead of a wild read.
+    loss = (t >= 0 && t < classes) ? lse - convert<C>(x[t]) : static_cast<C>(NAN);
+  }
+  logsumexp[slot.row] = convert<S>(lse);
+  losses[slot.row] = convert<S>(loss);
+}
+
+template <class T, class S, class I>
+__global__ void cross_entropy_backward_kernel(const T* __restrict__ logits, const I* __restrict__ targets,
+                                              int64_t classes, int64_t ignore_index, const S* __restrict__ logsumexp,
+                                              const S* __restrict__ grad_scale, T* __restrict__ grad_logits) {
+  using C = Stat<T>;
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * classes;
+  T* gx = grad_logits + row * classes;
+  const int64_t t = static_cast<int64_t>(targets[row]);
+  if (t == ignore_index) {
+    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) gx[j] = convert<T>(0.0f);
+    return;
+  }
+  const C scale = convert<C>(grad_scale[0]);
+  const C lse = convert<C>(logsumexp[row]);
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) {
+    const C p = fast_exp(convert<C>(x[j]) - lse);
+    gx[j] = convert<T>(scale * (p - (j == t ? C(1) : C(0))));
+  }
+}
+
+}  // namespace
+
+void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
+                   const Tensor& logsumexp) {
+  DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && targets.is_contiguous() && losses.is_contiguous() &&
+                logsumexp.is_contiguous() && targets.numel() == logits.size(0) && losses.numel() == logits.size(0) &&
+                logsumexp.numel() == logits.size(0) && losses.dtype() == logsumexp.dtype(),
+            "cross_entropy kernel (CUDA): logits {}, targets {}, losses {}", shape_str(logits.shape()),
+            shape_str(targets.shape()), shape_str(losses.shape()));
+  const int device = device_of(losses, {&logits, &targets, &logsumexp}, "cross_entropy kernel");
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  if (rows == 0) return;
+  DPT_CHECK(classes > 0, "cross_entropy kernel (CUDA): logits {} have no classes", shape_str(logits.shape()));
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  visit_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
+    using T = decltype(tag);
+    visit_floating(losses.dtype(), "cross_entropy losses", [&](auto stat_tag) {
+      using S = decltype(stat_tag);
+      visit_index(targets.dtype(), "cross_entropy targets", [&](auto itag) {
+        using I = decltype(itag);
+        const T* x = ptr<const T>(logits);
+        const I* tg = ptr<const I>(targets);
+        if (classes <= kWarpRowMax) {
+          const auto grid = static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
+          cross_entropy_kernel<T, S, I, true><<<grid, 32 * kWarpRowsPerBlock, 0, stream>>>(
+              x, tg, rows, classes, ignore_index, ptr<S>(losses), ptr<S>(logsumexp));
+        } else {
+          cross_entropy_kernel<T, S, I, false><<<static_cast<unsigned>(rows), 1024, 0, stream>>>(
+              x, tg, rows, classes, ignore_index, ptr<S>(losses), ptr<S>(logsumexp));
+        }
+        DPT_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                            const Tensor& logsumexp, const Tensor& grad_scale, const Tensor& grad_logits) {
+  DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && grad_logits.is_contiguous() && targets.is_contiguous() &&
+                logsumexp.is_contiguous() && grad_logits.shape() == logits.shape() &&
+                grad_logits.dtype() == logits.dtype() && targets.numel() == logits.size(0) &&
+                logsumexp.numel() == logits.size(0) && grad_scale.numel() == 1 &&
+                grad_scale.dtype() == logsumexp.dtype(),
+            "cross_entropy_backward kernel (CUDA): logits {}, grad_logits {}, grad_scale {}",
+            shape_str(logits.shape()), shape_str(grad_logits.shape()), shape_str(grad_scale.shape()));
+  const int device = device_of(grad_logits, {&logits, &targets, &logsumexp, &grad_scale}, "cross_entropy_backward");
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  if (rows == 0 || classes == 0) return;
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
+    using T = decltype(tag);
+    visit_floating(logsumexp.dtype(), "cross_entropy_backward stats", [&](auto stat_tag) {
+      using S = decltype(stat_tag);
+      visit_index(targets.dtype(), "cross_entropy_backward targets", [&](auto itag) {
+        using I = decltype(itag);
+        const int threads = std::min(row_threads(classes), 512);
+        cross_entropy_backward_kernel<T, S, I><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+            ptr<const T>(logits), ptr<const I>(targets), classes, ignore_index, ptr<const S>(logsumexp),
+            ptr<const S>(grad_scale), ptr<T>(grad_logits));
+        DPT_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+}  // namespace dpt::cuda_kernels
