@@ -91,18 +91,24 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
   std::string prefix = "ddp/" + std::to_string(instance_id()) + "/params/";
   store.set(prefix + std::to_string(group_->rank()), describe_params(params_));
   std::vector<std::string> mine = split_lines(store.get(prefix + "0"));
-  for (int r = 0; r < group_->size(); ++r) {
+  std::string problem;
+  for (int r = 1; r < group_->size() && problem.empty(); ++r) {
     std::vector<std::string> theirs = split_lines(store.get(prefix + std::to_string(r)));
     size_t n = std::max(mine.size(), theirs.size());
     for (size_t i = 0; i < n; ++i) {
       std::string a = i < mine.size() ? mine[i] : "(none)";
       std::string b = i < theirs.size() ? theirs[i] : "(none)";
-      DPT_CHECK(a == b,
-                "DistributedDataParallel: rank {} has a different model than rank 0: parameter #{} is '{}' on "
-                "rank 0 but '{}' on rank {}",
-                r, i, a, b, r);
+      if (a != b) {
+        problem = fmt::format("rank {} has a different model than rank 0: parameter #{} is '{}' on rank 0 but "
+                              "'{}' on rank {}",
+                              r, i, a, b, r);
+        break;
+      }
     }
   }
+  // Nobody leaves (rank 0 hosts the store) until every rank has read every list.
+  store.barrier(prefix + "checked");
+  DPT_CHECK(problem.empty(), "DistributedDataParallel: {}", problem);
 }
 
 uint64_t DistributedDataParallel::instance_id() {

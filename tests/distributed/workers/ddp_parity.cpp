@@ -1,0 +1,294 @@
+// Worker of the DDP parity tests (tests/distributed/ddp_test.cpp), started by dpt-run on every rank.
+//
+//   dpt_test_ddp_parity <model> <mode> <device>
+//   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank, NCCL)
+//   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch
+//
+// Every rank trains two copies of the same model from the same seed for 5 AdamW steps: a reference on
+// the whole global batch (N ranks x b rows), as one process would, and a DDP replica on its own slice
+// [rank*b, (rank+1)*b). After every step the replica must match the reference (float32: within 1e-6
+// relative per tensor). Exit code 0 when every check holds; the first failure is printed.
+#include <cmath>
+#include <cstdio>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "distributed/ddp.h"
+#include "distributed/process_group.h"
+#include "layers/gpt.h"
+#include "layers/losses.h"
+#include "layers/mlp.h"
+#include "optim/adam.h"
+
+using namespace dpt;
+
+namespace {
+
+constexpr int64_t kPerRankBatch = 4;
+constexpr int kSteps = 5;
+
+struct Setup {
+  std::string model_kind;
+  Device device;
+  int rank = 0;
+  int world = 1;
+};
+
+std::shared_ptr<nn::Module> make_model(const Setup& s, int64_t mlp_hidden = 16) {
+  Generator gen(1234);
+  std::shared_ptr<nn::Module> m;
+  if (s.model_kind == "gpt") {
+    nn::GPTConfig c;
+    c.vocab_size = 32;
+    c.block_size = 8;
+    c.n_layer = 2;
+    c.n_head = 2;
+    c.n_embd = 16;
+    m = std::make_shared<nn::GPT>(c, gen);
+  } else {
+    m = std::make_shared<nn::MLP>(std::vector<int64_t>{8, mlp_hidden, mlp_hidden, 4}, "relu", gen);
+  }
+  m->to(s.device);
+  return m;
+}
+
+// The global batch of step `step`: identical on every rank.
+std::pair<Tensor, Tensor> global_batch(const Setup& s, int step) {
+  Generator gen(1000 + step);
+  int64_t rows = kPerRankBatch * s.world;
+  TensorOptions opts = TensorOptions{}.with_device(s.device);
+  if (s.model_kind == "gpt") {
+    Tensor idx = randint({rows, 8}, 0, 32, gen, opts.with_dtype(DType::Int64));
+    Tensor tgt = randint({rows, 8}, 0, 32, gen, opts.with_dtype(DType::Int64));
+    return {idx, tgt};
+  }
+  return {randn({rows, 8}, gen, opts), randint({rows}, 0, 4, gen, opts.with_dtype(DType::Int64))};
+}
+
+Tensor loss_of(const Setup& s, nn::Module& m, const Tensor& x, const Tensor& y) {
+  if (s.model_kind == "gpt") return static_cast<nn::GPT&>(m).loss(x, y);
+  return nn::cross_entropy_loss(m.forward(x), y);
+}
+
+std::unique_ptr<optim::AdamW> make_optimizer(nn::Module& m) {
+  optim::AdamOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.01;
+  // The key bias of attention has an exactly-zero gradient in exact arithmetic (softmax ignores a
+  // per-row constant), so its float32 gradient is pure rounding noise that Adam rescales by 1/eps.
+  // A larger eps bounds that amplification; every other parameter sees ordinary AdamW.
+  o.eps = 1e-6;
+  return std::make_unique<optim::AdamW>(m.named_parameters(), o);
+}
+
+double relative_difference(const Tensor& a, const Tensor& b) {
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    num += (va[i] - vb[i]) * (va[i] - vb[i]);
+    den += vb[i] * vb[i];
+  }
+  return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+}
+
+// The model-wide relative difference (all parameters as one vector) must be within `tol`; each tensor
+// within 100 * tol. Adam's first steps are close to sign descent, so a tensor whose gradients are tiny
+// (the attention key bias, see make_optimizer) turns float32 rounding differences in the gradient
+// into visible differences in its update; the model as a whole stays within `tol`.
+bool compare(const nn::Module& got, const nn::Module& want, double tol, const std::string& what, int rank) {
+  auto g = got.named_parameters(), w = want.named_parameters();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < g.size(); ++i) {
+    auto va = g[i].second.to_vector<double>(), vb = w[i].second.to_vector<double>();
+    double tn = 0, td = 0;
+    for (size_t j = 0; j < va.size(); ++j) {
+      tn += (va[j] - vb[j]) * (va[j] - vb[j]);
+      td += vb[j] * vb[j];
+    }
+    num += tn;
+    den += td;
+    double d = std::sqrt(tn) / std::max(std::sqrt(td), 1e-30);
+    if (!(d <= 100 * tol)) {
+      std::fprintf(stderr, "rank %d: %s: parameter %s differs by %.3g relative (tolerance %.1g)\n", rank,
+                   what.c_str(), g[i].first.c_str(), d, 100 * tol);
+      return false;
+    }
+  }
+  double d = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
+  if (!(d <= tol)) {
+    std::fprintf(stderr, "rank %d: %s: parameters differ by %.3g relative (tolerance %.1g)\n", rank, what.c_str(), d, tol);
+    return false;
+  }
+  return true;
+}
+
+// One DDP replica next to the single-process reference, for kSteps steps.
+bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options, int micro_batches,
+                double tol, const std::string& label) {
+  auto reference = make_model(s);
+  auto replica = make_model(s);
+  auto ref_opt = make_optimizer(*reference);
+  auto rep_opt = make_optimizer(*replica);
+  dist::DistributedDataParallel ddp(replica, pg, options);
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = global_batch(s, step);
+    ref_opt->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    ref_opt->step();
+
+    rep_opt->zero_grad();
+    int64_t per_micro = kPerRankBatch / micro_batches;
+    for (int k = 0; k < micro_batches; ++k) {
+      int64_t begin = s.rank * kPerRankBatch + k * per_micro;
+      Tensor loss = mul(loss_of(s, *replica, x.slice(begin, begin + per_micro), y.slice(begin, begin + per_micro)),
+                        1.0 / micro_batches);
+      if (k + 1 < micro_batches) {
+        auto guard = ddp.no_sync();
+        loss.backward();
+      } else {
+        loss.backward();
+      }
+    }
+    rep_opt->step();
+    if (!compare(*replica, *reference, tol, label + " step " + std::to_string(step), s.rank)) return false;
+  }
+  return true;
+}
+
+// Tiny buckets, one bucket and the default layout must give the same parameters.
+bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  std::vector<std::shared_ptr<nn::Module>> models;
+  std::vector<std::unique_ptr<optim::AdamW>> opts;
+  std::vector<std::unique_ptr<dist::DistributedDataParallel>> ddps;
+  for (double cap : {0.0001, 1000.0, 25.0}) {
+    dist::DDPOptions o;
+    o.bucket_cap_mb = cap;
+    o.first_bucket_mb = cap == 25.0 ? 1.0 : cap;
+    models.push_back(make_model(s));
+    opts.push_back(make_optimizer(*models.back()));
+    ddps.push_back(std::make_unique<dist::DistributedDataParallel>(models.back(), pg, o));
+  }
+  if (ddps[0]->num_buckets() <= 1 || ddps[1]->num_buckets() != 1) {
+    std::fprintf(stderr, "rank %d: expected many tiny buckets and exactly one big one (got %zu and %zu)\n", s.rank,
+                 ddps[0]->num_buckets(), ddps[1]->num_buckets());
+    return false;
+  }
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = global_batch(s, step);
+    int64_t begin = s.rank * kPerRankBatch;
+    for (size_t m = 0; m < models.size(); ++m) {
+      opts[m]->zero_grad();
+      loss_of(s, *models[m], x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+      opts[m]->step();
+    }
+  }
+  // Two ranks: a + b is the same sum whatever the chunking, so layouts agree exactly. More ranks may
+  // associate differently per chunk: within float32 rounding.
+  double tol = s.world == 2 ? 0.0 : 1e-6;
+  return compare(*models[0], *models[2], tol, "tiny vs default buckets", s.rank) &&
+         compare(*models[1], *models[2], tol, "one vs default bucket", s.rank);
+}
+
+// A parameter outside the forward pass: with find_unused_parameters the step completes (no hang) and
+// its gradient is zero on every rank; the used parameters still match the reference.
+bool run_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  auto model = make_model(s);
+  Tensor unused = zeros({3, 3}, TensorOptions{}.with_device(s.device));
+  unused.requires_grad_(true);
+  NamedTensors params = model->named_parameters();
+  params.insert(params.begin(), {"unused.weight", unused});
+  dist::DDPOptions o;
+  o.find_unused_parameters = true;
+  dist::DistributedDataParallel ddp(params, model->named_buffers(), pg, o);
+  auto reference = make_model(s);
+  for (int step = 0; step < 2; ++step) {
+    auto [x, y] = global_batch(s, step);
+    reference->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    model->zero_grad();
+    int64_t begin = s.rank * kPerRankBatch;
+    loss_of(s, *model, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    if (!unused.grad().defined() || std::abs(sum(unused.grad()).item()) != 0.0) {
+      std::fprintf(stderr, "rank %d: unused parameter's gradient should be zero\n", s.rank);
+      return false;
+    }
+    auto got = model->named_parameters(), want = reference->named_parameters();
+    for (size_t i = 0; i < got.size(); ++i) {
+      double d = relative_difference(got[i].second.grad(), want[i].second.grad());
+      if (!(d <= 1e-6)) {
+        std::fprintf(stderr, "rank %d: gradient of %s differs by %.3g\n", s.rank, got[i].first.c_str(), d);
+        return false;
+      }
+    }
+  }
+  return true;
+}
+
+// Rank 1 builds a wider model: construction must fail on every rank, naming the parameter.
+bool run_mismatch(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  auto model = make_model(s, s.rank == 1 ? 17 : 16);
+  try {
+    dist::DistributedDataParallel ddp(model, pg);
+  } catch (const Error& e) {
+    std::string msg = e.what();
+    bool ok = msg.find("different model") != std::string::npos && msg.find("weight") != std::string::npos;
+    std::fprintf(stderr, "rank %d: expected error: %s\n", s.rank, msg.c_str());
+    return ok;
+  }
+  std::fprintf(stderr, "rank %d: a model mismatch was not detected\n", s.rank);
+  return false;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc != 4) {
+    std::fprintf(stderr, "usage: %s mlp|gpt MODE cpu|cuda\n", argv[0]);
+    return 2;
+  }
+  try {
+    auto pg = dist::init_process_group();
+    Setup s;
+    s.model_kind = argv[1];
+    std::string mode = argv[2];
+    s.rank = pg->rank();
+    s.world = pg->size();
+    s.device = std::string(argv[3]) == "cuda" ? Device::cuda(dist::read_dist_env().local_rank)
+                                               : Device::cpu();
+    dist::DDPOptions o;
+    bool ok = false;
+    if (mode == "default") {
+      ok = run_parity(s, pg, o, 1, 1e-6, "default buckets");
+    } else if (mode == "tiny") {
+      o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
+      ok = run_parity(s, pg, o, 1, 1e-6, "tiny buckets");
+    } else if (mode == "one") {
+      o.bucket_cap_mb = o.first_bucket_mb = 1000;
+      ok = run_parity(s, pg, o, 1, 1e-6, "one bucket");
+    } else if (mode == "layouts") {
+      ok = run_layouts(s, pg);
+    } else if (mode == "nosync") {
+      ok = run_parity(s, pg, o, 2, 1e-6, "no_sync accumulation over 2 micro-batches");
+    } else if (mode == "bf16comm") {
+      o.comm_dtype = DType::BFloat16;
+      ok = run_parity(s, pg, o, 1, 2e-2, "bf16 communication");
+    } else if (mode == "unused") {
+      ok = run_unused(s, pg);
+    } else if (mode == "mismatch") {
+      ok = run_mismatch(s, pg);
+    } else {
+      std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
+      return 2;
+    }
+    if (ok) std::printf("rank %d: %s %s passed\n", s.rank, argv[1], mode.c_str());
+    return ok ? 0 : 1;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
