@@ -36,8 +36,10 @@ Twin make_params(uint64_t seed) {
     pg.requires_grad_(true);
     pc.set_grad(g.clone());
     pg.set_grad(g.to(Device::cuda()));
-    tw.cpu.emplace_back("p" + std::to_string(i), pc);
-    tw.gpu.emplace_back("p" + std::to_string(i), pg);
+    std::string name = "p";
+    name += std::to_string(i);
+    tw.cpu.emplace_back(name, pc);
+    tw.gpu.emplace_back(name, pg);
   }
   return tw;
 }
