@@ -25,14 +25,23 @@ void Store::barrier(const std::string& name, Milliseconds timeout) {
   set(base + std::to_string(rank_), "1");
   std::vector<std::string> keys;
   for (int r = 0; r < world_size_; ++r) keys.push_back(base + std::to_string(r));
-  auto missing = wait_for(keys, timeout);
+  std::vector<std::string> missing;
+  std::string what = fmt::format("timed out after {} ms", timeout.count());
+  bool shut_down = false;
+  try {
+    missing = wait_for(keys, timeout);
+  } catch (const StoreShutdownError& e) {
+    missing = e.missing;
+    what = "ended early: rank 0, which hosts the store, shut down";
+    shut_down = true;
+  }
   if (missing.empty()) return;
   std::vector<int> ranks;
   for (const auto& k : missing) ranks.push_back(std::stoi(k.substr(base.size())));
   std::sort(ranks.begin(), ranks.end());
-  std::string message =
-      fmt::format("{}: barrier '{}' timed out after {} ms on rank {}; {} of {} ranks never arrived: {}", describe(),
-                  name, timeout.count(), rank_, ranks.size(), world_size_, fmt::join(ranks, ", "));
+  std::string message = fmt::format("{}: barrier '{}' {} on rank {}; {} of {} ranks never arrived: {}", describe(),
+                                    name, what, rank_, ranks.size(), world_size_, fmt::join(ranks, ", "));
+  if (shut_down) throw StoreShutdownError(message, std::move(missing));
   throw StoreTimeoutError(message, std::move(missing));
 }
 
@@ -70,9 +79,15 @@ int64_t PrefixStore::add(const std::string& k, int64_t delta) { return base_->ad
 bool PrefixStore::check(const std::vector<std::string>& ks) { return base_->check(keys(ks)); }
 
 std::vector<std::string> PrefixStore::wait_for(const std::vector<std::string>& ks, Milliseconds timeout) {
-  auto missing = base_->wait_for(keys(ks), timeout);
-  for (auto& m : missing) m = m.substr(prefix_.size() + 1);
-  return missing;
+  auto strip = [&](std::vector<std::string> missing) {
+    for (auto& m : missing) m = m.substr(prefix_.size() + 1);
+    return missing;
+  };
+  try {
+    return strip(base_->wait_for(keys(ks), timeout));
+  } catch (const StoreShutdownError& e) {
+    throw StoreShutdownError(e.what(), strip(e.missing));
+  }
 }
 
 bool PrefixStore::remove(const std::string& k) { return base_->remove(key(k)); }

@@ -29,6 +29,12 @@ class StoreTimeoutError : public dpt::Error {
   std::vector<std::string> missing;
 };
 
+// Thrown when the store's host (rank 0) shuts down while this rank waits; `missing` as above.
+class StoreShutdownError : public StoreTimeoutError {
+ public:
+  using StoreTimeoutError::StoreTimeoutError;
+};
+
 class Store {
  public:
   // rank/world_size: this process's place in the group that uses the store (for barrier).
@@ -45,6 +51,7 @@ class Store {
   // True when every key exists now; never blocks.
   virtual bool check(const std::vector<std::string>& keys) = 0;
   // Waits until every key exists or `timeout` passes; returns the keys still missing (empty: success).
+  // Throws StoreShutdownError if the store's host exits meanwhile.
   virtual std::vector<std::string> wait_for(const std::vector<std::string>& keys, Milliseconds timeout) = 0;
   virtual bool remove(const std::string& key) = 0;  // true when the key existed
   // "TCP store at 10.0.0.1:29500" (plus a prefix for PrefixStore): goes into every error message.

@@ -104,7 +104,13 @@ std::string TcpStore::get(const std::string& key) {
   auto deadline = Clock::now() + timeout_ + kReplySlack;
   uint8_t status = recv_u8(deadline, what);
   std::string value = recv_str(deadline, what);
-  if (status != 0) {
+  if (status == kStoreShuttingDown) {
+    throw StoreShutdownError(fmt::format("{}: rank 0, which hosts the store, shut down while this rank waited "
+                                         "for key '{}'",
+                                         describe(), key),
+                             {key});
+  }
+  if (status != kStoreOk) {
     throw StoreTimeoutError(fmt::format("{}: timed out after {} ms waiting for key '{}' (the rank that sets it "
                                         "has not arrived)",
                                         describe(), timeout_.count(), key),
@@ -133,6 +139,7 @@ bool TcpStore::check(const std::vector<std::string>& keys) {
   std::lock_guard<std::mutex> lock(mutex_);
   send_request(req, what);
   auto deadline = Clock::now() + timeout_ + kReplySlack;
+  recv_u8(deadline, what);
   uint32_t n = recv_u32(deadline, what);
   for (uint32_t i = 0; i < n; ++i) recv_str(deadline, what);
   return n == 0;
@@ -148,9 +155,17 @@ std::vector<std::string> TcpStore::wait_for(const std::vector<std::string>& keys
   std::lock_guard<std::mutex> lock(mutex_);
   send_request(req, what);
   auto deadline = Clock::now() + timeout + kReplySlack;
+  uint8_t status = recv_u8(deadline, what);
   uint32_t n = recv_u32(deadline, what);
   std::vector<std::string> missing(n);
   for (auto& k : missing) k = recv_str(deadline, what);
+  if (status == kStoreShuttingDown) {
+    std::string names;
+    for (const auto& k : missing) names += (names.empty() ? "'" : ", '") + k + "'";
+    throw StoreShutdownError(fmt::format("{}: rank 0, which hosts the store, shut down during a {}; still missing: {}",
+                                         describe(), what, names),
+                             std::move(missing));
+  }
   return missing;
 }
 

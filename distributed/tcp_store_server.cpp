@@ -59,10 +59,13 @@ TcpStoreServer::~TcpStoreServer() {
   std::vector<std::thread> threads;
   {
     std::lock_guard<std::mutex> lock(mutex_);
-    for (int fd : client_fds_) ::shutdown(fd, SHUT_RDWR);  // wakes blocked reads
+    // Parked waits wake and answer "shutting down" with the keys still missing (so a client can say
+    // which ranks never arrived); blocked reads wake on the read-side shutdown, which still lets
+    // those last replies out.
+    for (int fd : client_fds_) ::shutdown(fd, SHUT_RD);
     threads.swap(client_threads_);
   }
-  changed_.notify_all();  // wakes parked waits
+  changed_.notify_all();
   for (auto& t : threads) t.join();
   std::lock_guard<std::mutex> lock(mutex_);
   for (int fd : client_fds_) ::close(fd);
@@ -125,7 +128,7 @@ void TcpStoreServer::serve(int fd) {
           auto timeout_ms = in.pod<int64_t>();
           std::unique_lock<std::mutex> lock(mutex_);
           auto missing = wait_keys(lock, {key}, timeout_ms);
-          put_u8(reply, missing.empty() ? 0 : 1);
+          put_u8(reply, missing.empty() ? kStoreOk : (stopping_ ? kStoreShuttingDown : kStoreTimedOut));
           put_str(reply, missing.empty() ? data_[key] : std::string());
           break;
         }
@@ -153,6 +156,7 @@ void TcpStoreServer::serve(int fd) {
           if (static_cast<StoreCommand>(cmd) == StoreCommand::Wait) timeout_ms = in.pod<int64_t>();
           std::unique_lock<std::mutex> lock(mutex_);
           auto missing = wait_keys(lock, keys, timeout_ms);
+          put_u8(reply, missing.empty() ? kStoreOk : (stopping_ ? kStoreShuttingDown : kStoreTimedOut));
           put_u32(reply, static_cast<uint32_t>(missing.size()));
           for (const auto& k : missing) put_str(reply, k);
           break;

@@ -17,6 +17,10 @@
 namespace dpt::dist {
 
 enum class StoreCommand : uint8_t { Set = 1, Get = 2, Add = 3, Check = 4, Wait = 5, Remove = 6 };
+// First byte of a get/check/wait reply.
+inline constexpr uint8_t kStoreOk = 0;
+inline constexpr uint8_t kStoreTimedOut = 1;
+inline constexpr uint8_t kStoreShuttingDown = 2;  // the hosting rank is exiting; keys listed are missing
 
 class TcpStoreServer {
  public:

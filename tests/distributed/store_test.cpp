@@ -96,7 +96,8 @@ TEST(TcpStore, BarrierTimeoutNamesTheMissingRanks) {
   auto error = message_of([&] { server.barrier("init", 300ms); });
   EXPECT_CONTAINS(error, "barrier 'init' timed out after 300 ms on rank 0");
   EXPECT_CONTAINS(error, "2 of 4 ranks never arrived: 1, 3");
-  EXPECT_CONTAINS(other.get(), "never arrived: 1, 3");
+  std::string other_error = other.get();
+  EXPECT_CONTAINS(other_error, "never arrived: 1, 3");
 }
 
 TEST(TcpStore, ConnectFailureNamesHostAndPortWithinTheTimeout) {
@@ -127,7 +128,11 @@ TEST(TcpStore, ServerExitIsAClearErrorForClients) {
   auto pending = std::async(std::launch::async, [&] { return message_of([&] { client.get("never-set"); }); });
   std::this_thread::sleep_for(100ms);
   server.reset();  // rank 0 went away
-  EXPECT_CONTAINS(pending.get(), "closed the connection");
+  std::string error = pending.get();
+  EXPECT_CONTAINS(error, "rank 0, which hosts the store, shut down while this rank waited for key 'never-set'");
+  // Any later call finds the connection closed.
+  auto later = message_of([&] { client.set("y", "1"); client.get("y"); });
+  EXPECT_CONTAINS(later, "127.0.0.1:");
 }
 
 TEST(TcpStore, HostingOnABusyPortFailsNamingThePort) {
@@ -160,6 +165,31 @@ TEST(GlooStore, WaitHonoursItsTimeout) {
   auto start = std::chrono::steady_clock::now();
   EXPECT_THROW(gloo_store.wait({"missing"}, std::chrono::milliseconds(100)), StoreTimeoutError);
   EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
+}
+
+}  // namespace
+}  // namespace dpt::dist
+
+namespace dpt::dist {
+namespace {
+
+TEST(TcpStore, ABarrierInterruptedByTheHostExitingStillNamesTheMissingRanks) {
+  auto server = std::make_unique<TcpStore>("127.0.0.1", 0, true, 0, 3, std::chrono::seconds(5));
+  auto client = std::make_shared<TcpStore>("127.0.0.1", server->port(), false, 1, 3, std::chrono::seconds(5));
+  PrefixStore prefixed("attempt0", client);
+  std::string error;
+  std::thread waiter([&] {
+    try {
+      prefixed.barrier("init");
+    } catch (const StoreShutdownError& e) {
+      error = e.what();
+    }
+  });
+  std::this_thread::sleep_for(std::chrono::milliseconds(200));
+  server.reset();  // rank 0 exits before ranks 0 and 2 arrived
+  waiter.join();
+  EXPECT_NE(error.find("rank 0, which hosts the store, shut down"), std::string::npos) << error;
+  EXPECT_NE(error.find("2 of 3 ranks never arrived: 0, 2"), std::string::npos) << error;
 }
 
 }  // namespace
