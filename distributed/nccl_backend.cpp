@@ -1,10 +1,442 @@
-// Placeholder until the NCCL backend lands: CPU builds get a clear error.
+// NCCL backend: CUDA tensors. Compiled in every build (the folder glob picks it up); the real code is
+// only there with CUDA, a CPU build gets a factory that explains.
+//
+// Stream ordering. Each backend owns a communication stream (highest priority, so its kernels are
+// scheduled as soon as they can run alongside compute). A call records an event on the caller's current
+// stream and makes the comm stream wait on it, so the collective sees everything the caller queued
+// before; it then enqueues the NCCL call on the comm stream and records an end event there.
+// Work::wait() makes the caller's *current* stream wait on the end event: no host synchronisation.
+//
+// Memory. The tensors of an operation are kept alive by its entry in the watchdog's pending list until
+// the end event has completed, so the stream-ordered allocator never hands their memory to other work
+// while NCCL still reads or writes it.
+//
+// Failure. NCCL has no timeout of its own and a dead peer over NVLink can leave kernels spinning forever.
+// Communicators are non-blocking; a watchdog thread polls every pending operation's end event and
+// ncclCommGetAsyncError every 100 ms. Past the timeout, or on an asynchronous error, it aborts the
+// communicator (ncclCommAbort, which makes the spinning kernels exit), after which every pending and
+// later call fails with an error naming the operation, its sequence number and the timeout. If the
+// abort itself hangs, or no thread of the program notices the error within kUnobservedErrorGrace, the
+// process exits with status 1 after printing the error, so a job never hangs silently.
 #include "distributed/backend.h"
+
+#ifndef DPT_HAVE_CUDA
 
 namespace dpt::dist {
 
 std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Store>, int, int, const BackendOptions&) {
-  DPT_FAIL("the NCCL backend is not available in this build (built without CUDA); use CPU tensors with Gloo");
+  DPT_FAIL("the NCCL backend is not available: this build has no CUDA (use CPU tensors with the Gloo backend)");
 }
 
 }  // namespace dpt::dist
+
+#else  // DPT_HAVE_CUDA
+
+#include <unistd.h>
+
+#include <atomic>
+#include <condition_variable>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <deque>
+#include <thread>
+
+#include "core/cuda/check.h"
+#include "core/cuda_runtime.h"
+#include "core/cuda/stream.h"
+#include "distributed/nccl_check.h"
+
+namespace dpt::dist {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+constexpr auto kWatchdogPeriod = std::chrono::milliseconds(100);
+constexpr auto kAbortDeadline = std::chrono::seconds(60);
+constexpr auto kUnobservedErrorGrace = std::chrono::seconds(15);
+
+ncclDataType_t nccl_dtype(DType dtype) {
+  switch (dtype) {
+    case DType::Float32: return ncclFloat32;
+    case DType::Float64: return ncclFloat64;
+    case DType::BFloat16: return ncclBfloat16;
+    case DType::Int32: return ncclInt32;
+    case DType::Int64: return ncclInt64;
+  }
+  DPT_FAIL("NCCL: unsupported dtype {}", dtype_name(dtype));
+}
+
+ncclRedOp_t nccl_op(ReduceOp op) {
+  switch (op) {
+    case ReduceOp::Sum: return ncclSum;
+    case ReduceOp::Avg: return ncclAvg;
+    case ReduceOp::Max: return ncclMax;
+    case ReduceOp::Min: return ncclMin;
+  }
+  return ncclSum;
+}
+
+// Shared between the backend, its works and its watchdog: the communicator's health.
+struct CommState {
+  std::mutex mutex;
+  std::string error;                  // first failure; empty while healthy
+  std::atomic<bool> observed{false};  // some thread has thrown the error to the program
+  std::atomic<uint64_t> last_completed{0};
+
+  std::string get_error() {
+    std::lock_guard<std::mutex> lock(mutex);
+    return error;
+  }
+  bool set_error(const std::string& e) {  // true for the first error
+    std::lock_guard<std::mutex> lock(mutex);
+    if (!error.empty()) return false;
+    error = e;
+    return true;
+  }
+  [[noreturn]] void raise(const std::string& context) {
+    observed = true;
+    DPT_FAIL("{}: {}", context, get_error());
+  }
+};
+
+class NcclWork : public Work {
+ public:
+  NcclWork(OpDesc desc, int device, std::shared_ptr<CommState> state, bool host_blocking)
+      : desc_(std::move(desc)), device_(device), state_(std::move(state)), host_blocking_(host_blocking),
+        end_(false, device) {}
+
+  void wait() override {
+    if (!state_->get_error().empty()) state_->raise("NCCL " + desc_.description + " did not complete");
+    if (host_blocking_) {
+      synchronize();
+      return;
+    }
+    cuda::DeviceGuard guard(device_);
+    end_.wait(cuda::current_stream(device_));
+  }
+
+  bool is_completed() override { return !state_->get_error().empty() || end_.query(); }
+
+  // Host wait that keeps checking for the watchdog's verdict instead of blocking in the driver.
+  void synchronize() override {
+    while (true) {
+      if (!state_->get_error().empty()) state_->raise("NCCL " + desc_.description + " did not complete");
+      if (end_.query()) break;
+      std::this_thread::sleep_for(std::chrono::microseconds(50));
+    }
+    cuda::DeviceGuard guard(device_);
+    end_.wait(cuda::current_stream(device_));
+  }
+
+  std::string describe() const override { return desc_.description; }
+
+  cuda::CudaEvent& end_event() { return end_; }
+  const OpDesc& desc() const { return desc_; }
+
+ private:
+  OpDesc desc_;
+  int device_;
+  std::shared_ptr<CommState> state_;
+  bool host_blocking_;
+  cuda::CudaEvent end_;
+};
+
+class NcclBackend : public Backend {
+ public:
+  NcclBackend(std::shared_ptr<Store> store, int rank, int size, const BackendOptions& options)
+      : rank_(rank), size_(size), timeout_(options.timeout), state_(std::make_shared<CommState>()) {
+    // NVLink SHARP needs multicast support that shared machines often lack; opt in explicitly.
+    ::setenv("NCCL_NVLS_ENABLE", "0", 0);
+    device_ = options.device >= 0 ? options.device : cuda::current_device();
+    cuda::DeviceGuard guard(device_);
+
+    ncclUniqueId id;
+    if (rank_ == 0) {
+      DPT_NCCL_CHECK(ncclGetUniqueId(&id));
+      store->set("unique_id", std::string(reinterpret_cast<const char*>(&id), sizeof(id)));
+    } else {
+      std::string bytes = store->get("unique_id");
+      DPT_CHECK(bytes.size() == sizeof(id), "NCCL unique id from {} has {} bytes, expected {}", store->describe(),
+                bytes.size(), sizeof(id));
+      std::memcpy(&id, bytes.data(), sizeof(id));
+    }
+    ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
+    config.blocking = 0;  // calls return at once; we poll with our own deadline
+    DPT_NCCL_CHECK(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config));
+    try {
+      wait_ready(Clock::now() + timeout_, fmt::format("communicator setup of rank {} of {} on cuda:{}", rank_, size_,
+                                                       device_));
+    } catch (...) {
+      ncclCommAbort(comm_);
+      throw;
+    }
+    int least = 0, greatest = 0;
+    DPT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+    comm_stream_ = cuda::create_stream(device_, greatest);
+    ready_ = std::make_unique<cuda::CudaEvent>(false, device_);
+    watchdog_ = std::thread([this] { watchdog_loop(); });
+  }
+
+  ~NcclBackend() override {
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      stopping_ = true;
+    }
+    watchdog_cv_.notify_all();
+    watchdog_.join();
+    if (!aborted_) {
+      // Healthy: let the last operations finish (bounded), then release the communicator.
+      bool drained = drain_pending(Clock::now() + timeout_);
+      if (drained && state_->get_error().empty()) {
+        ncclCommDestroy(comm_);
+      } else {
+        ncclCommAbort(comm_);
+      }
+    }
+    pending_.clear();
+    ready_.reset();
+    cudaStreamDestroy(comm_stream_);
+  }
+
+  const char* name() const override { return "nccl"; }
+
+  std::shared_ptr<Work> allreduce(const std::vector<Tensor>& tensors, ReduceOp op, const OpDesc& desc) override {
+    return launch(desc, tensors, false, [&](cudaStream_t s) {
+      for (const auto& t : tensors) {
+        DPT_NCCL_CHECK_COMM(ncclAllReduce(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                                          nccl_dtype(t.dtype()), nccl_op(op), comm_, s),
+                            comm_);
+      }
+    });
+  }
+
+  std::shared_ptr<Work> broadcast(const Tensor& t, int root, const OpDesc& desc) override {
+    return launch(desc, {t}, false, [&](cudaStream_t s) {
+      DPT_NCCL_CHECK_COMM(ncclBroadcast(t.data_ptr(), t.data_ptr(), static_cast<size_t>(t.numel()),
+                                        nccl_dtype(t.dtype()), root, comm_, s),
+                          comm_);
+    });
+  }
+
+  std::shared_ptr<Work> allgather(const Tensor& output, const Tensor& input, const OpDesc& desc) override {
+    return launch(desc, {output, input}, false, [&](cudaStream_t s) {
+      DPT_NCCL_CHECK_COMM(ncclAllGather(input.data_ptr(), output.data_ptr(), static_cast<size_t>(input.numel()),
+                                        nccl_dtype(input.dtype()), comm_, s),
+                          comm_);
+    });
+  }
+
+  std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                       const OpDesc& desc) override {
+    return launch(desc, {output, input}, false, [&](cudaStream_t s) {
+      DPT_NCCL_CHECK_COMM(ncclReduceScatter(input.data_ptr(), output.data_ptr(), static_cast<size_t>(output.numel()),
+                                            nccl_dtype(input.dtype()), nccl_op(op), comm_, s),
+                          comm_);
+    });
+  }
+
+  // NCCL matches point-to-point messages in issue order per peer; the tag is not used.
+  std::shared_ptr<Work> send(const Tensor& t, int dst, int, const OpDesc& desc) override {
+    return launch(desc, {t}, false, [&](cudaStream_t s) {
+      DPT_NCCL_CHECK_COMM(ncclSend(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_dtype(t.dtype()), dst, comm_, s),
+                          comm_);
+    });
+  }
+
+  std::shared_ptr<Work> recv(const Tensor& t, int src, int, const OpDesc& desc) override {
+    return launch(desc, {t}, false, [&](cudaStream_t s) {
+      DPT_NCCL_CHECK_COMM(ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_dtype(t.dtype()), src, comm_, s),
+                          comm_);
+    });
+  }
+
+  // An allreduce of one element; its Work blocks the host in wait(), as a barrier should.
+  std::shared_ptr<Work> barrier(const OpDesc& desc) override {
+    Tensor token = Tensor::empty({1}, TensorOptions{}.with_dtype(DType::Int32).with_device(Device::cuda(device_)));
+    return launch(desc, {token}, true, [&](cudaStream_t s) {
+      DPT_NCCL_CHECK_COMM(ncclAllReduce(token.data_ptr(), token.data_ptr(), 1, ncclInt32, ncclSum, comm_, s), comm_);
+    });
+  }
+
+ private:
+  struct Pending {
+    std::shared_ptr<NcclWork> work;
+    std::vector<Tensor> keep_alive;
+    Clock::time_point start;
+  };
+
+  // Non-blocking communicators: after a call that may return ncclInProgress, poll until the
+  // communicator is ready again, bounded by `deadline`.
+  void wait_ready(Clock::time_point deadline, const std::string& what) {
+    while (true) {
+      ncclResult_t async = ncclSuccess;
+      DPT_NCCL_CHECK_COMM(ncclCommGetAsyncError(comm_, &async), comm_);
+      if (async == ncclSuccess) return;
+      if (async != ncclInProgress) fail_nccl(async, comm_, what.c_str(), __FILE__, __LINE__);
+      if (Clock::now() >= deadline) {
+        DPT_FAIL("NCCL {} did not complete within the timeout of {} ms (a peer never joined or is stuck)", what,
+                 timeout_.count());
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
+  }
+
+  template <class Enqueue>
+  std::shared_ptr<Work> launch(const OpDesc& desc, std::vector<Tensor> tensors, bool host_blocking,
+                               Enqueue&& enqueue) {
+    if (!state_->get_error().empty()) state_->raise("NCCL " + desc.description + " refused");
+    for (const auto& t : tensors) {
+      DPT_CHECK(t.device().is_cuda() && t.device().index == device_,
+                "NCCL {}: tensors must be on cuda:{} (this communicator's device), found {}", desc.description,
+                device_, t.device().str());
+    }
+    cuda::DeviceGuard guard(device_);
+    // The comm stream starts after everything the caller queued so far (the tensors' producers).
+    cudaStream_t caller = cuda::current_stream(device_);
+    {
+      std::lock_guard<std::mutex> lock(launch_mutex_);
+      ready_->record(caller);
+      ready_->wait(comm_stream_);
+      DPT_NCCL_CHECK_COMM(ncclGroupStart(), comm_);
+      enqueue(comm_stream_);
+      DPT_NCCL_CHECK_COMM(ncclGroupEnd(), comm_);
+      wait_ready(Clock::now() + timeout_, desc.description);
+    }
+    auto work = std::make_shared<NcclWork>(desc, device_, state_, host_blocking);
+    work->end_event().record(comm_stream_);
+    {
+      std::lock_guard<std::mutex> lock(mutex_);
+      pending_.push_back(Pending{work, std::move(tensors), Clock::now()});
+    }
+    return work;
+  }
+
+  // Waits for every pending operation (used on destruction); false if the deadline passed first.
+  bool drain_pending(Clock::time_point deadline) {
+    for (auto& p : pending_) {
+      while (!p.work->end_event().query()) {
+        if (Clock::now() >= deadline) return false;
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    return true;
+  }
+
+  void watchdog_loop() {
+    cuda::DeviceGuard guard(device_);
+    while (true) {
+      {
+        std::unique_lock<std::mutex> lock(mutex_);
+        watchdog_cv_.wait_for(lock, kWatchdogPeriod, [this] { return stopping_; });
+        if (stopping_) return;
+      }
+      std::string failure;
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        while (!pending_.empty() && pending_.front().work->end_event().query()) {
+          // Operations complete in issue order on the one comm stream.
+          state_->last_completed = pending_.front().work->desc().seq;
+          pending_.pop_front();
+        }
+        if (!pending_.empty()) {
+          const auto& oldest = pending_.front();
+          auto age = Clock::now() - oldest.start;
+          if (age > timeout_) {
+            failure = fmt::format("NCCL {} (sequence number {}) timed out: not finished after {} ms (timeout {} ms); "
+                                  "last completed operation: #{}; a peer died, stalled, or issued different "
+                                  "collectives",
+                                  oldest.work->desc().description, oldest.work->desc().seq,
+                                  std::chrono::duration_cast<std::chrono::milliseconds>(age).count(),
+                                  timeout_.count(), state_->last_completed.load());
+          }
+        }
+      }
+      if (failure.empty()) {
+        ncclResult_t async = ncclSuccess;
+        ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
+        if (r != ncclSuccess) async = r;
+        if (async != ncclSuccess && async != ncclInProgress) {
+          std::lock_guard<std::mutex> lock(mutex_);
+          std::string op = pending_.empty() ? std::string("(no operation pending)")
+                                            : fmt::format("{} (sequence number {})",
+                                                          pending_.front().work->desc().description,
+                                                          pending_.front().work->desc().seq);
+          failure = fmt::format("NCCL communicator error during {}: {} ({}); timeout {} ms", op,
+                                ncclGetErrorString(async), ncclGetLastError(comm_), timeout_.count());
+        }
+      }
+      if (!failure.empty()) {
+        abort_with(failure);
+        return;
+      }
+    }
+  }
+
+  // Records the error, aborts the communicator (with a second-level deadline in case the abort hangs)
+  // and makes sure the program hears about it.
+  void abort_with(const std::string& failure) {
+    state_->set_error(failure);
+    std::fprintf(stderr, "[rank %d] %s; aborting the NCCL communicator\n", rank_, failure.c_str());
+    std::fflush(stderr);
+    auto done = std::make_shared<std::atomic<bool>>(false);
+    int rank = rank_;
+    std::thread guard([done, rank] {
+      auto until = Clock::now() + kAbortDeadline;
+      while (!*done && Clock::now() < until) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      if (!*done) {
+        std::fprintf(stderr, "[rank %d] ncclCommAbort did not return within %lld s; exiting\n", rank,
+                     static_cast<long long>(kAbortDeadline.count()));
+        std::fflush(stderr);
+        ::_exit(1);
+      }
+    });
+    ncclCommAbort(comm_);
+    *done = true;
+    guard.join();
+    aborted_ = true;
+    // The program learns of the error at its next wait() or collective; if it never asks (blocked in
+    // something else), end the process rather than leave the job hanging.
+    auto until = Clock::now() + kUnobservedErrorGrace;
+    while (!state_->observed && Clock::now() < until) {
+      {
+        std::lock_guard<std::mutex> lock(mutex_);
+        if (stopping_) return;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    if (!state_->observed) {
+      std::fprintf(stderr, "[rank %d] exiting: %s\n", rank_, failure.c_str());
+      std::fflush(stderr);
+      ::_exit(1);
+    }
+  }
+
+  int rank_;
+  int size_;
+  int device_ = 0;
+  Milliseconds timeout_;
+  std::shared_ptr<CommState> state_;
+  ncclComm_t comm_ = nullptr;
+  cudaStream_t comm_stream_ = nullptr;
+  std::atomic<bool> aborted_{false};
+
+  std::mutex launch_mutex_;  // one enqueue at a time (the ready_ event is shared)
+  std::unique_ptr<cuda::CudaEvent> ready_;
+
+  std::mutex mutex_;  // guards pending_ and stopping_
+  std::condition_variable watchdog_cv_;
+  std::deque<Pending> pending_;
+  bool stopping_ = false;
+  std::thread watchdog_;
+};
+
+}  // namespace
+
+std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Store> store, int rank, int size,
+                                           const BackendOptions& options) {
+  return std::make_shared<NcclBackend>(std::move(store), rank, size, options);
+}
+
+}  // namespace dpt::dist
+
+#endif  // DPT_HAVE_CUDA
