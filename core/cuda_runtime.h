@@ -3,6 +3,7 @@
 // without CUDA these report no device and throw if asked to do device work.
 #include <cstddef>
 #include <cstdint>
+#include <string>
 
 namespace dpt::cuda {
 
@@ -11,6 +12,7 @@ int device_count();
 int current_device();
 void set_device(int device);
 void synchronize();   // the current device
+std::string device_name(int device);  // "NVIDIA H100 80GB HBM3"
 
 // Stream-ordered pool (cudaMallocAsync on the current stream, release threshold = keep everything).
 void* allocate(size_t nbytes, int device);

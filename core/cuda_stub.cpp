@@ -13,6 +13,7 @@ int device_count() { return 0; }
 int current_device() { return 0; }
 void set_device(int) { no_cuda(); }
 void synchronize() {}
+std::string device_name(int) { no_cuda(); }
 void* allocate(size_t, int) { no_cuda(); }
 void deallocate(void*, size_t, int) {}
 size_t memory_allocated(int) { return 0; }

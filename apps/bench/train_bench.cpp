@@ -1,0 +1,204 @@
+#include "train_bench.h"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "core/autograd.h"
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "distributed/ddp.h"
+#include "distributed/env.h"
+#include "distributed/process_group.h"
+#include "layers/flops.h"
+#include "layers/gpt.h"
+#include "layers/losses.h"
+#include "layers/mlp.h"
+#include "optim/adam.h"
+#include "optim/mixed_precision.h"
+
+namespace dpt::bench {
+
+namespace {
+
+struct Workload {
+  std::string name;
+  bool gpt = true;
+  nn::GPTConfig gpt_config;
+  std::vector<int64_t> mlp_sizes;
+  int64_t batch = 0;
+};
+
+Workload workload(const std::string& name) {
+  Workload w;
+  w.name = name;
+  if (name == "gpt2_124m" || name == "tiny_gpt") {
+    bool big = name == "gpt2_124m";
+    w.gpt_config.vocab_size = big ? 50304 : 4096;
+    w.gpt_config.block_size = big ? 1024 : 256;
+    w.gpt_config.n_layer = big ? 12 : 4;
+    w.gpt_config.n_head = big ? 12 : 4;
+    w.gpt_config.n_embd = big ? 768 : 256;
+    w.batch = big ? 16 : 32;
+  } else if (name == "mlp_92m") {
+    w.gpt = false;
+    w.mlp_sizes = {1024, 4096, 4096, 4096, 4096, 4096, 4096, 1000};
+    w.batch = 512;
+  } else {
+    DPT_FAIL("dpt-bench train: unknown workload '{}' (gpt2_124m, mlp_92m, tiny_gpt)", name);
+  }
+  return w;
+}
+
+struct Args {
+  std::string workload = "tiny_gpt";
+  int steps = 30;
+  int warmup = 5;
+  std::string precision = "bf16";
+  std::string device = "auto";
+  double peak_tflops = 0;  // 0: from the device name
+  double bucket_cap_mb = 25;
+  std::string comm_dtype;  // empty: the gradients' dtype
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 0; i < argc; ++i) {
+    std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      DPT_CHECK(i + 1 < argc, "dpt-bench train: {} needs a value", k);
+      return argv[++i];
+    };
+    if (k == "--workload") a.workload = value();
+    else if (k == "--steps") a.steps = std::stoi(value());
+    else if (k == "--warmup") a.warmup = std::stoi(value());
+    else if (k == "--precision") a.precision = value();
+    else if (k == "--device") a.device = value();
+    else if (k == "--peak-tflops") a.peak_tflops = std::stod(value());
+    else if (k == "--bucket-cap-mb") a.bucket_cap_mb = std::stod(value());
+    else if (k == "--comm-dtype") a.comm_dtype = value();
+    else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
+                  "--peak-tflops, --bucket-cap-mb, --comm-dtype)", k);
+  }
+  DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
+  DPT_CHECK(a.precision == "bf16" || a.precision == "fp32", "dpt-bench train: --precision is bf16 or fp32, not '{}'",
+            a.precision);
+  return a;
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+int run_train_bench(int argc, char** argv) {
+  Args args = parse(argc, argv);
+  Workload w = workload(args.workload);
+  dist::DistEnv env = dist::read_dist_env();
+  Device device = args.device == "auto" ? (cuda::is_available() ? Device::cuda(env.local_rank) : Device::cpu())
+                                        : Device::parse(args.device);
+  if (device.is_cuda()) cuda::set_device(device.index);
+  std::shared_ptr<dist::ProcessGroup> group;
+  if (env.world_size > 1) group = dist::init_process_group(env);
+
+  // 1. Model, in float32, on the device; then bf16 compute copies with float32 masters.
+  Generator gen(0);
+  std::shared_ptr<nn::Module> model;
+  int64_t n_params = 0;
+  if (w.gpt) {
+    model = std::make_shared<nn::GPT>(w.gpt_config, gen);
+  } else {
+    model = std::make_shared<nn::MLP>(w.mlp_sizes, "relu", gen);
+  }
+  n_params = model->num_parameters();
+  model->to(device);
+  DType compute = args.precision == "bf16" ? DType::BFloat16 : DType::Float32;
+  optim::MixedPrecision mp(model->named_parameters(), compute);
+  optim::AdamOptions adam;
+  adam.lr = 3e-4;
+  adam.beta2 = 0.95;
+  optim::AdamW opt(optim::weight_decay_groups(mp.master_params(), 0.1), adam);
+  std::unique_ptr<dist::DistributedDataParallel> ddp;
+  if (group) {
+    dist::DDPOptions o;
+    o.bucket_cap_mb = args.bucket_cap_mb;
+    if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
+    ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
+  }
+
+  // 2. One fixed random batch on the device (what the PyTorch reference does too).
+  Generator data_gen(1 + static_cast<uint64_t>(env.rank));
+  TensorOptions on_device = TensorOptions{}.with_device(device);
+  Tensor x, y;
+  double units_per_step;
+  if (w.gpt) {
+    int64_t t = w.gpt_config.block_size;
+    x = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int32));
+    y = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int64));
+    units_per_step = static_cast<double>(w.batch * t);
+  } else {
+    x = randn({w.batch, w.mlp_sizes.front()}, data_gen, on_device.with_dtype(compute));
+    y = randint({w.batch}, 0, w.mlp_sizes.back(), data_gen, on_device.with_dtype(DType::Int64));
+    units_per_step = static_cast<double>(w.batch);
+  }
+
+  auto step = [&]() {
+    opt.zero_grad();
+    model->zero_grad();
+    Tensor loss = w.gpt ? static_cast<nn::GPT&>(*model).loss(x, y) : nn::cross_entropy_loss(model->forward(x), y);
+    loss.backward();
+    mp.grads_to_master();
+    opt.step();
+    mp.masters_to_model();
+    return loss;
+  };
+
+  // 3. Warm up, then time each step to completion (device synchronised) and take the median.
+  Tensor loss;
+  for (int i = 0; i < args.warmup; ++i) loss = step();
+  if (device.is_cuda()) {
+    cuda::synchronize();
+    cuda::reset_peak_memory_stats(device.index);
+  }
+  std::vector<double> times;
+  for (int i = 0; i < args.steps; ++i) {
+    double t0 = now_seconds();
+    loss = step();
+    if (device.is_cuda()) cuda::synchronize();
+    times.push_back(now_seconds() - t0);
+  }
+  std::sort(times.begin(), times.end());
+  double median = times[times.size() / 2];
+  double flops_per_step =
+      w.gpt ? nn::gpt_flops_per_token(n_params, w.gpt_config.n_layer, w.gpt_config.n_embd, w.gpt_config.block_size,
+                                      w.gpt_config.block_size) *
+                  units_per_step
+            : nn::mlp_flops_per_sample(n_params) * units_per_step;
+  std::string device_name = device.is_cuda() ? cuda::device_name(device.index) : "cpu";
+  double peak = args.peak_tflops > 0 ? args.peak_tflops : nn::peak_bf16_tflops(device_name.c_str());
+  double mfu = flops_per_step / median / (peak * 1e12);
+  double peak_gib = device.is_cuda() ? static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 30) : 0;
+  double final_loss = loss.item();
+  if (env.rank == 0) {
+    std::printf("dpt-bench train: %s %s on %s x%d: %.0f %s per GPU, step %.2f ms, MFU %.1f%%, peak %.2f GiB, "
+                "loss %.4f\n",
+                w.name.c_str(), args.precision.c_str(), device_name.c_str(), env.world_size, units_per_step / median,
+                w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
+    std::printf("{\"system\": \"dptrain\", \"workload\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
+                "\"world\": %d, \"params\": %lld, \"step_ms\": %.4f, \"throughput\": %.1f, \"unit\": \"%s\", "
+                "\"mfu\": %.4f, \"peak_mem_gib\": %.3f, \"final_loss\": %.5f}\n",
+                w.name.c_str(), args.precision.c_str(), device_name.c_str(), env.world_size,
+                static_cast<long long>(n_params), median * 1e3, units_per_step / median,
+                w.gpt ? "tokens/s" : "samples/s", mfu, peak_gib, final_loss);
+  }
+  return 0;
+}
+
+}  // namespace dpt::bench
