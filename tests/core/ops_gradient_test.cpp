@@ -145,6 +145,12 @@ TEST_F(OpGradient, ShapeOps) {
   expect_gradients_match([](const Inputs& v) { return reshape(transpose(v[0], 1, 2), {8, 3}); }, {x}, kTol);
 }
 
+TEST_F(OpGradient, CopiesPassGradientsThrough) {
+  expect_gradients_match([](const Inputs& v) { return mul(v[0].clone(), v[0]); }, {normal({2, 3})}, kTol);
+  expect_gradients_match([](const Inputs& v) { return v[0].transpose(0, 1).contiguous() * 2.0; }, {normal({2, 3})},
+                         kTol);
+}
+
 TEST_F(OpGradient, ConcatAndSplit) {
   expect_gradients_match([](const Inputs& v) { return concat({v[0], v[1]}, 0); }, {normal({2, 3}), normal({1, 3})},
                          kTol);
