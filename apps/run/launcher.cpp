@@ -87,13 +87,23 @@ struct Worker {
 void set_env(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
 pid_t spawn(const LaunchConfig& c, int local_rank, int attempt, int out_fd, int err_fd) {
+  // Signals stay blocked across fork until the child has dropped our handlers: a SIGTERM that reached
+  // the child before exec would otherwise run our handler there and write into our signal pipe.
+  sigset_t all, previous;
+  sigfillset(&all);
+  ::sigprocmask(SIG_BLOCK, &all, &previous);
   pid_t pid = ::fork();
-  if (pid != 0) return pid;
+  if (pid != 0) {
+    ::sigprocmask(SIG_SETMASK, &previous, nullptr);
+    return pid;
+  }
   // Child. Its own process group, so that stopping a worker also stops whatever it started.
+  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) ::signal(s, SIG_DFL);
+  ::close(g_signal_pipe[0]);
+  ::close(g_signal_pipe[1]);
   ::setpgid(0, 0);
   ::dup2(out_fd, 1);
   ::dup2(err_fd, 2);
-  for (int s : {SIGINT, SIGTERM, SIGHUP, SIGQUIT, SIGCHLD, SIGPIPE}) ::signal(s, SIG_DFL);
   sigset_t none;
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);

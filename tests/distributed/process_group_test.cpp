@@ -13,6 +13,8 @@
 #include <cstdio>
 #include <string>
 
+#include "core/cuda_runtime.h"
+
 namespace {
 
 const std::string kRun = DPT_BINARY_DIR "/bin/dpt-run";
@@ -100,6 +102,34 @@ TEST(DebugCollectives, AMismatchNamesTheDivergentRankOnEveryRank) {
                             "but rank 1 calls broadcast(root 0) of 8 x float32"),
             3)
       << r.output;
+}
+
+// NCCL: the same closed forms and failure behaviour on two GPUs (skipped without them).
+bool have_two_gpus() { return dpt::cuda::is_available() && dpt::cuda::device_count() >= 2; }
+
+TEST(NcclCollectives, EveryCollectiveMatchesItsClosedFormOnTwoGpus) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 CUDA devices";
+  auto r = run("--standalone --nproc-per-node 2 -- " + kWorker + " nccl_collectives");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, line("0", "collectives OK on rank 0 of 2"));
+  EXPECT_CONTAINS(r.output, line("1", "collectives OK on rank 1 of 2"));
+}
+
+TEST(NcclFailures, APeerThatLeavesMakesTheOtherFailNamingTheOperation) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 CUDA devices";
+  auto r = run("--standalone --nproc-per-node 2 -- " + kWorker + " nccl_peer_exits");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_EQ(count(r.output, "[0]: expected error: "), 1) << r.output;
+  EXPECT_LT(r.seconds, 60);
+}
+
+TEST(NcclFailures, AStalledPeerMakesTheWatchdogAbortWithinTheTimeout) {
+  if (!have_two_gpus()) GTEST_SKIP() << "needs 2 CUDA devices";
+  auto r = run("--standalone --nproc-per-node 2 -- " + kWorker + " nccl_peer_stalls");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_CONTAINS(r.output, "timed out");
+  EXPECT_CONTAINS(r.output, "[1]: peer left");
+  EXPECT_LT(r.seconds, 60);
 }
 
 TEST(DptRun, PrefixesEveryOutputLineWithTheRank) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
 #include "distributed/process_group.h"
@@ -25,7 +26,9 @@ using namespace std::chrono_literals;
 namespace {
 
 int g_checks = 0;
+Device g_device = Device::cpu();  // cuda:LOCAL_RANK for the nccl_* scenarios
 
+// A tensor on the scenario's device holding `values` (built on the host, then copied).
 Tensor make(const std::vector<double>& values, DType dtype) {
   Tensor t = Tensor::empty({static_cast<int64_t>(values.size())}, TensorOptions{}.with_dtype(dtype));
   for (size_t i = 0; i < values.size(); ++i) {
@@ -38,7 +41,11 @@ Tensor make(const std::vector<double>& values, DType dtype) {
       case DType::Int64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
     }
   }
-  return t;
+  return t.to(g_device);
+}
+
+Tensor empty_on_device(int64_t n, DType dtype) {
+  return Tensor::empty({n}, TensorOptions{}.with_dtype(dtype).with_device(g_device));
 }
 
 double value_at(const Tensor& t, int64_t i) {
@@ -52,7 +59,8 @@ double value_at(const Tensor& t, int64_t i) {
   return 0;
 }
 
-void expect_equal(const Tensor& t, const std::vector<double>& expected, const std::string& what) {
+void expect_equal(const Tensor& device_tensor, const std::vector<double>& expected, const std::string& what) {
+  Tensor t = device_tensor.to(Device::cpu());  // ordered after the collective on the current stream
   DPT_CHECK(t.numel() == static_cast<int64_t>(expected.size()), "{}: {} elements, expected {}", what, t.numel(),
             expected.size());
   for (size_t i = 0; i < expected.size(); ++i) {
@@ -109,7 +117,7 @@ void check_collectives(ProcessGroup& pg) {
       }
       {
         Tensor in = make(rank_input(r, n), dtype);
-        Tensor out = Tensor::empty({n * w}, TensorOptions{}.with_dtype(dtype));
+        Tensor out = empty_on_device(n * w, dtype);
         pg.allgather(out, in)->wait();
         std::vector<double> e;
         for (int q = 0; q < w; ++q) {
@@ -124,7 +132,7 @@ void check_collectives(ProcessGroup& pg) {
         for (int b = 0; b < w; ++b)
           for (int64_t i = 0; i < n; ++i) in_values.push_back((r + 1) * (b + 1) + static_cast<double>(i % 5));
         Tensor in = make(in_values, dtype);
-        Tensor out = Tensor::empty({n}, TensorOptions{}.with_dtype(dtype));
+        Tensor out = empty_on_device(n, dtype);
         pg.reduce_scatter(out, in, op)->wait();
         std::vector<double> e(static_cast<size_t>(n));
         for (int64_t i = 0; i < n; ++i) {
@@ -145,7 +153,7 @@ void check_collectives(ProcessGroup& pg) {
       if (w > 1) {
         // A ring: send to the next rank, receive from the previous one; both posted before either wait.
         Tensor out = make(rank_input(r, n), dtype);
-        Tensor in = Tensor::empty({n}, TensorOptions{}.with_dtype(dtype));
+        Tensor in = empty_on_device(n, dtype);
         auto s = pg.send(out, (r + 1) % w, 3);
         auto q = pg.recv(in, (r + w - 1) % w, 3);
         s->wait();
@@ -210,8 +218,16 @@ void on_sigterm(int) {
   ::_exit(7);
 }
 
-int run(const std::string& scenario) {
+int run(std::string scenario) {
   auto env = read_dist_env();
+  if (scenario.rfind("nccl_", 0) == 0) {
+    // The same checks on CUDA tensors: the process group picks NCCL by the tensors' device.
+    scenario = scenario.substr(5);
+    DPT_CHECK(cuda::device_count() > env.local_rank, "rank {} needs cuda:{}, found {} devices", env.rank,
+              env.local_rank, cuda::device_count());
+    cuda::set_device(env.local_rank);
+    g_device = Device::cuda(env.local_rank);
+  }
   if (scenario == "signal") {
     std::signal(SIGTERM, on_sigterm);
     std::printf("ready\n");
@@ -254,7 +270,7 @@ int run(const std::string& scenario) {
     options.timeout = 1500ms;
     auto pg = init_process_group(env, options);
     Tensor t = make({1.0}, DType::Float32);
-    pg->allreduce(t)->wait();
+    pg->allreduce(t)->synchronize();
     if (env.rank == 1) {
       if (scenario == "peer_stalls") pg->store()->get("release");  // waits until the others have failed
       std::printf("peer left\n");
@@ -262,7 +278,7 @@ int run(const std::string& scenario) {
       ::_exit(0);
     }
     try {
-      pg->allreduce(t)->wait();
+      pg->allreduce(t)->synchronize();  // host wait: on CUDA, wait() alone only orders streams
     } catch (const std::exception& e) {
       std::printf("expected error: %s\n", e.what());
       std::fflush(stdout);
