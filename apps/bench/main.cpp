@@ -4,6 +4,7 @@
 #include <exception>
 #include <string>
 
+#include "scaling_bench.h"
 #include "train_bench.h"
 
 namespace {
@@ -16,6 +17,7 @@ struct Subcommand {
 
 const Subcommand kSubcommands[] = {
     {"train", dpt::bench::run_train_bench, "train a benchmark workload for N steps: tokens/s, step time, MFU, memory"},
+    {"scaling", dpt::bench::run_scaling_bench, "weak scaling at 1..N GPUs, bucket sweep, step-time model, CSV/MD/PNG"},
 };
 
 void usage() {

@@ -186,6 +186,23 @@ int run_train_bench(int argc, char** argv) {
   double mfu = flops_per_step / median / (peak * 1e12);
   double peak_gib = device.is_cuda() ? static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 30) : 0;
   double final_loss = loss.item();
+
+  // 4. With DDP on CUDA, one more step with per-bucket events: how much communication backward hid.
+  double comm_ms = 0, exposed_ms = 0;
+  if (ddp && device.is_cuda()) {
+    ddp->set_record_timing(true);
+    step();
+    auto timings = ddp->last_timings();
+    float backward_end = ddp->last_backward_end_ms();
+    float busy_until = 0;
+    for (const auto& t : timings) {  // the comm stream runs one AllReduce at a time, in bucket order
+      float start = std::max(t.launch_ms, busy_until);
+      comm_ms += std::max(0.0f, t.end_ms - start);
+      busy_until = t.end_ms;
+    }
+    exposed_ms = std::max(0.0f, busy_until - backward_end);
+    ddp->set_record_timing(false);
+  }
   if (env.rank == 0) {
     std::printf("dpt-bench train: %s %s on %s x%d: %.0f %s per GPU, step %.2f ms, MFU %.1f%%, peak %.2f GiB, "
                 "loss %.4f\n",
@@ -193,10 +210,16 @@ int run_train_bench(int argc, char** argv) {
                 w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
     std::printf("{\"system\": \"dptrain\", \"workload\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                 "\"world\": %d, \"params\": %lld, \"step_ms\": %.4f, \"throughput\": %.1f, \"unit\": \"%s\", "
-                "\"mfu\": %.4f, \"peak_mem_gib\": %.3f, \"final_loss\": %.5f}\n",
+                "\"mfu\": %.4f, \"peak_mem_gib\": %.3f, \"final_loss\": %.5f, \"comm_ms\": %.4f, "
+                "\"exposed_comm_ms\": %.4f, \"bucket_cap_mb\": %.2f, \"grad_bytes\": %lld}\n",
                 w.name.c_str(), args.precision.c_str(), device_name.c_str(), env.world_size,
                 static_cast<long long>(n_params), median * 1e3, units_per_step / median,
-                w.gpt ? "tokens/s" : "samples/s", mfu, peak_gib, final_loss);
+                w.gpt ? "tokens/s" : "samples/s", mfu, peak_gib, final_loss, comm_ms, exposed_ms, args.bucket_cap_mb,
+                static_cast<long long>(n_params) * static_cast<long long>(dtype_size(compute)));
+    if (ddp && device.is_cuda()) {
+      std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward (%.1f%% hidden)\n",
+                  comm_ms, exposed_ms, comm_ms > 0 ? 100.0 * (1.0 - exposed_ms / comm_ms) : 100.0);
+    }
   }
   return 0;
 }

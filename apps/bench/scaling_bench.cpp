@@ -1,0 +1,229 @@
+#include "scaling_bench.h"
+
+#include <unistd.h>
+
+#include <array>
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "scaling_model.h"
+
+namespace dpt::bench {
+
+namespace {
+
+struct Args {
+  std::string workload = "tiny_gpt";
+  int max_gpus = 0;  // 0: every visible GPU
+  std::string precision = "bf16";
+  int steps = 20;
+  int warmup = 5;
+  std::vector<double> bucket_sweep = {1, 5, 25, 100};
+  double bucket_cap_mb = 25;
+  std::string out = "scaling";
+  std::string device = "auto";
+};
+
+std::vector<double> parse_list(const std::string& text) {
+  std::vector<double> out;
+  size_t pos = 0;
+  while (pos <= text.size()) {
+    size_t comma = text.find(',', pos);
+    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    if (!item.empty()) out.push_back(std::stod(item));
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 0; i < argc; ++i) {
+    std::string k = argv[i];
+    auto value = [&]() -> std::string {
+      DPT_CHECK(i + 1 < argc, "dpt-bench scaling: {} needs a value", k);
+      return argv[++i];
+    };
+    if (k == "--workload") a.workload = value();
+    else if (k == "--max-gpus") a.max_gpus = std::stoi(value());
+    else if (k == "--precision") a.precision = value();
+    else if (k == "--steps") a.steps = std::stoi(value());
+    else if (k == "--warmup") a.warmup = std::stoi(value());
+    else if (k == "--bucket-sweep") a.bucket_sweep = parse_list(value());
+    else if (k == "--bucket-cap-mb") a.bucket_cap_mb = std::stod(value());
+    else if (k == "--out") a.out = value();
+    else if (k == "--device") a.device = value();
+    else DPT_FAIL("dpt-bench scaling: unknown option '{}' (--workload, --max-gpus, --precision, --steps, --warmup, "
+                  "--bucket-sweep, --bucket-cap-mb, --out, --device)", k);
+  }
+  return a;
+}
+
+std::string self_dir() {
+  std::array<char, 4096> buf{};
+  ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
+  DPT_CHECK(n > 0, "dpt-bench scaling: cannot find its own executable");
+  return std::filesystem::path(std::string(buf.data(), static_cast<size_t>(n))).parent_path().string();
+}
+
+struct Row {
+  int gpus = 0;
+  double bucket_cap_mb = 0;
+  double throughput = 0;  // per GPU
+  double step_ms = 0;
+  double comm_ms = 0;
+  double exposed_ms = 0;
+  double grad_bytes = 0;
+  std::string unit, device;
+};
+
+double json_number(const std::string& line, const std::string& key) {
+  size_t at = line.find("\"" + key + "\":");
+  DPT_CHECK(at != std::string::npos, "dpt-bench scaling: '{}' missing from the train benchmark's output: {}", key, line);
+  return std::stod(line.substr(at + key.size() + 3));
+}
+
+std::string json_string(const std::string& line, const std::string& key) {
+  size_t at = line.find("\"" + key + "\": \"");
+  if (at == std::string::npos) return "";
+  size_t begin = at + key.size() + 5;
+  return line.substr(begin, line.find('"', begin) - begin);
+}
+
+Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
+  std::string dir = self_dir();
+  std::string cmd = dir + "/dpt-run --standalone --nproc-per-node " + std::to_string(gpus) + " -- " + dir +
+                    "/dpt-bench train --workload " + a.workload + " --precision " + a.precision + " --steps " +
+                    std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup) + " --bucket-cap-mb " +
+                    std::to_string(bucket_cap_mb) + " --device " + a.device + " 2>&1";
+  std::FILE* pipe = popen(cmd.c_str(), "r");
+  DPT_CHECK(pipe != nullptr, "dpt-bench scaling: cannot run {}", cmd);
+  std::string output, json;
+  std::array<char, 8192> buf{};
+  while (std::fgets(buf.data(), buf.size(), pipe)) {
+    std::string line = buf.data();
+    output += line;
+    if (line.find("\"system\": \"dptrain\"") != std::string::npos) json = line;
+  }
+  int status = pclose(pipe);
+  DPT_CHECK(status == 0 && !json.empty(), "dpt-bench scaling: {} GPU run failed:\n{}", gpus, output);
+  Row r;
+  r.gpus = gpus;
+  r.bucket_cap_mb = bucket_cap_mb;
+  r.throughput = json_number(json, "throughput");
+  r.step_ms = json_number(json, "step_ms");
+  r.comm_ms = json_number(json, "comm_ms");
+  r.exposed_ms = json_number(json, "exposed_comm_ms");
+  r.grad_bytes = json_number(json, "grad_bytes");
+  r.unit = json_string(json, "unit");
+  r.device = json_string(json, "device");
+  std::printf("  %d GPU(s), bucket %.0f MB: %.0f %s per GPU, step %.2f ms, comm %.2f ms (exposed %.2f)\n", gpus,
+              bucket_cap_mb, r.throughput, r.unit.c_str(), r.step_ms, r.comm_ms, r.exposed_ms);
+  std::fflush(stdout);
+  return r;
+}
+
+void write_plot(const std::string& out, const std::string& csv, const std::string& title) {
+  if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
+    std::printf("gnuplot not installed: no PNG plot (apt-get install gnuplot-nox)\n");
+    return;
+  }
+  std::string script = out + "/scaling.gp";
+  std::ofstream gp(script);
+  gp << "set terminal pngcairo size 900,500\nset output '" << out << "/scaling.png'\n"
+     << "set datafile separator ','\nset title '" << title << "'\nset xlabel 'GPUs'\n"
+     << "set ylabel 'throughput per GPU'\nset y2label 'efficiency (%)'\nset y2range [0:105]\nset ytics nomirror\n"
+     << "set y2tics\nset key bottom left\n"
+     << "plot '" << csv << "' every ::1 using 1:3 with linespoints title 'throughput per GPU', "
+     << "'' every ::1 using 1:6 axes x1y2 with linespoints title 'efficiency'\n";
+  gp.close();
+  if (std::system(("gnuplot '" + script + "'").c_str()) == 0) std::printf("plot: %s/scaling.png\n", out.c_str());
+}
+
+}  // namespace
+
+int run_scaling_bench(int argc, char** argv) {
+  Args a = parse(argc, argv);
+  int available = cuda::is_available() ? cuda::device_count() : 0;
+  int max_gpus = a.max_gpus > 0 ? a.max_gpus : std::max(available, 1);
+  if (a.device == "auto" && available == 0) a.device = "cpu";
+  std::filesystem::create_directories(a.out);
+  std::printf("dpt-bench scaling: %s, %s, weak scaling (fixed per-GPU batch), 1..%d processes\n", a.workload.c_str(),
+              a.precision.c_str(), max_gpus);
+
+  // 1. Weak scaling at the default bucket size.
+  std::vector<Row> rows;
+  for (int n = 1; n <= max_gpus; n *= 2) rows.push_back(run_one(a, n, a.bucket_cap_mb));
+  if (rows.back().gpus != max_gpus) rows.push_back(run_one(a, max_gpus, a.bucket_cap_mb));
+  // 2. Bucket-size sweep at the largest count.
+  std::vector<Row> sweep;
+  if (max_gpus > 1) {
+    for (double cap : a.bucket_sweep) sweep.push_back(run_one(a, max_gpus, cap));
+  }
+
+  const Row& base = rows.front();
+  double compute_ms = base.step_ms;
+  std::string csv = a.out + "/scaling.csv";
+  std::ofstream c(csv);
+  c << "gpus,bucket_cap_mb,throughput_per_gpu,total_throughput,speedup,efficiency_pct,step_ms,compute_ms,comm_ms,"
+       "exposed_comm_ms,comm_compute_ratio\n";
+  std::ofstream md(a.out + "/scaling.md");
+  md << "| GPUs | bucket MB | " << base.unit << " per GPU | total | speedup | efficiency | step ms | compute ms | "
+     << "comm ms | exposed ms | comm/compute |\n|---|---|---|---|---|---|---|---|---|---|---|\n";
+  auto emit = [&](const Row& r) {
+    double total = r.throughput * r.gpus;
+    double speedup = total / base.throughput;
+    double eff = 100.0 * speedup / r.gpus;
+    c << r.gpus << ',' << r.bucket_cap_mb << ',' << r.throughput << ',' << total << ',' << speedup << ',' << eff << ','
+      << r.step_ms << ',' << compute_ms << ',' << r.comm_ms << ',' << r.exposed_ms << ',' << r.comm_ms / compute_ms
+      << '\n';
+    md << fmt::format("| {} | {:.0f} | {:.0f} | {:.0f} | {:.3f} | {:.1f}% | {:.2f} | {:.2f} | {:.2f} | {:.2f} | {:.3f} |\n",
+                      r.gpus, r.bucket_cap_mb, r.throughput, total, speedup, eff, r.step_ms, compute_ms, r.comm_ms,
+                      r.exposed_ms, r.comm_ms / compute_ms);
+  };
+  for (const auto& r : rows) emit(r);
+  for (const auto& r : sweep) emit(r);
+
+  // 3. The step-time model, fitted on the largest measured count, checked against it and extrapolated.
+  ScalingModel model;
+  model.compute_ms = compute_ms;
+  model.grad_bytes = base.grad_bytes;
+  const Row& top = rows.back();
+  md << "\nStep-time model (compute + alpha-beta ring AllReduce minus the part hidden behind backward):\n\n";
+  if (top.gpus > 1 && top.comm_ms > 0) {
+    double n = top.gpus;
+    double alpha_ms = 2.0 * (n - 1) * model.alpha_us * 1e-3;
+    double transfer_ms = std::max(top.comm_ms - alpha_ms, 1e-3);
+    model.beta_gbps = 2.0 * (n - 1) / n * model.grad_bytes / (transfer_ms * 1e-3) / 1e9;
+    model.hidden_ms = top.comm_ms - top.exposed_ms;
+    md << fmt::format("fitted at {} GPUs: bus bandwidth {:.0f} GB/s, hidden {:.2f} ms of {:.2f} ms communication\n\n",
+                      top.gpus, model.beta_gbps, model.hidden_ms, top.comm_ms);
+  } else {
+    md << "(only one GPU measured: model uses default alpha 5 us, beta 300 GB/s, nothing hidden)\n\n";
+  }
+  md << "| GPUs | nodes | predicted step ms | predicted efficiency | measured efficiency |\n|---|---|---|---|---|\n";
+  for (int g : {1, 2, 4, 8, 16, 64}) {
+    std::string measured = "—";
+    for (const auto& r : rows) {
+      if (r.gpus == g) measured = fmt::format("{:.1f}%", 100.0 * r.throughput / base.throughput);
+    }
+    md << fmt::format("| {} | {} | {:.2f} | {:.1f}% | {} |\n", g, (g + model.gpus_per_node - 1) / model.gpus_per_node,
+                      model.step_ms(g), 100.0 * model.efficiency(g), measured);
+  }
+  md.close();
+  c.close();
+  write_plot(a.out, csv, a.workload + " weak scaling on " + base.device);
+  std::ifstream in(a.out + "/scaling.md");
+  std::printf("\n%s\n", std::string(std::istreambuf_iterator<char>(in), {}).c_str());
+  std::printf("wrote %s, %s/scaling.md\n", csv.c_str(), a.out.c_str());
+  return 0;
+}
+
+}  // namespace dpt::bench
