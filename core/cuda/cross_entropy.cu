@@ -18,9 +18,9 @@ template <class T>
 using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
 template <class T, class S, class I, bool WarpRow>
-__global__ void cross_entropy_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t rows,
-                                     int64_t classes, int64_t ignore_index, S* __restrict__ losses,
-                                     S* __restrict__ logsumexp) {
+__global__ void __launch_bounds__(1024)
+    cross_entropy_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t rows, int64_t classes,
+                         int64_t ignore_index, S* __restrict__ losses, S* __restrict__ logsumexp) {
   using C = Stat<T>;
   __shared__ C scratch_m[32], scratch_s[32];
   const RowSlot<WarpRow> slot;
@@ -42,9 +42,10 @@ __global__ void cross_entropy_kernel(const T* __restrict__ logits, const I* __re
 }
 
 template <class T, class S, class I>
-__global__ void cross_entropy_backward_kernel(const T* __restrict__ logits, const I* __restrict__ targets,
-                                              int64_t classes, int64_t ignore_index, const S* __restrict__ logsumexp,
-                                              const S* __restrict__ grad_scale, T* __restrict__ grad_logits) {
+__global__ void __launch_bounds__(512)
+    cross_entropy_backward_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t classes,
+                                  int64_t ignore_index, const S* __restrict__ logsumexp,
+                                  const S* __restrict__ grad_scale, T* __restrict__ grad_logits) {
   using C = Stat<T>;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * classes;
@@ -99,15 +100,15 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                            const Tensor& logsumexp, const Tensor& grad_scale, const Tensor& grad_logits) {
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& logsumexp,
+                            const Tensor& grad_scale, const Tensor& grad_logits) {
   DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && grad_logits.is_contiguous() && targets.is_contiguous() &&
                 logsumexp.is_contiguous() && grad_logits.shape() == logits.shape() &&
                 grad_logits.dtype() == logits.dtype() && targets.numel() == logits.size(0) &&
                 logsumexp.numel() == logits.size(0) && grad_scale.numel() == 1 &&
                 grad_scale.dtype() == logsumexp.dtype(),
-            "cross_entropy_backward kernel (CUDA): logits {}, grad_logits {}, grad_scale {}",
-            shape_str(logits.shape()), shape_str(grad_logits.shape()), shape_str(grad_scale.shape()));
+            "cross_entropy_backward kernel (CUDA): logits {}, grad_logits {}, grad_scale {}", shape_str(logits.shape()),
+            shape_str(grad_logits.shape()), shape_str(grad_scale.shape()));
   const int device = device_of(grad_logits, {&logits, &targets, &logsumexp, &grad_scale}, "cross_entropy_backward");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0 || classes == 0) return;

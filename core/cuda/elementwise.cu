@@ -12,23 +12,38 @@ namespace {
 // Math in the compute type: float overloads for float, double ones for double.
 template <class C>
 __device__ __forceinline__ C d_exp(C x) {
-  if constexpr (std::is_same_v<C, float>) return expf(x); else return exp(x);
+  if constexpr (std::is_same_v<C, float>)
+    return expf(x);
+  else
+    return exp(x);
 }
 template <class C>
 __device__ __forceinline__ C d_log(C x) {
-  if constexpr (std::is_same_v<C, float>) return logf(x); else return log(x);
+  if constexpr (std::is_same_v<C, float>)
+    return logf(x);
+  else
+    return log(x);
 }
 template <class C>
 __device__ __forceinline__ C d_sqrt(C x) {
-  if constexpr (std::is_same_v<C, float>) return sqrtf(x); else return sqrt(x);
+  if constexpr (std::is_same_v<C, float>)
+    return sqrtf(x);
+  else
+    return sqrt(x);
 }
 template <class C>
 __device__ __forceinline__ C d_pow(C x, C e) {
-  if constexpr (std::is_same_v<C, float>) return powf(x, e); else return pow(x, e);
+  if constexpr (std::is_same_v<C, float>)
+    return powf(x, e);
+  else
+    return pow(x, e);
 }
 template <class C>
 __device__ __forceinline__ C d_tanh(C x) {
-  if constexpr (std::is_same_v<C, float>) return tanhf(x); else return tanh(x);
+  if constexpr (std::is_same_v<C, float>)
+    return tanhf(x);
+  else
+    return tanh(x);
 }
 
 // GELU, tanh form (GPT-2): 0.5 x (1 + tanh(u)), u = sqrt(2/pi) (x + 0.044715 x^3), and its derivative
@@ -91,19 +106,32 @@ void launch_unary(const Tensor& in, const Tensor& out, double scalar, int device
 template <class T>
 void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out, double s, int device) {
   switch (op) {
-    case UnaryOp::Neg: return launch_unary<T, UnaryOp::Neg>(in, out, s, device);
-    case UnaryOp::Exp: return launch_unary<T, UnaryOp::Exp>(in, out, s, device);
-    case UnaryOp::Log: return launch_unary<T, UnaryOp::Log>(in, out, s, device);
-    case UnaryOp::Sqrt: return launch_unary<T, UnaryOp::Sqrt>(in, out, s, device);
-    case UnaryOp::Pow: return launch_unary<T, UnaryOp::Pow>(in, out, s, device);
-    case UnaryOp::Relu: return launch_unary<T, UnaryOp::Relu>(in, out, s, device);
-    case UnaryOp::Gelu: return launch_unary<T, UnaryOp::Gelu>(in, out, s, device);
-    case UnaryOp::Tanh: return launch_unary<T, UnaryOp::Tanh>(in, out, s, device);
-    case UnaryOp::Sigmoid: return launch_unary<T, UnaryOp::Sigmoid>(in, out, s, device);
-    case UnaryOp::ReluGrad: return launch_unary<T, UnaryOp::ReluGrad>(in, out, s, device);
-    case UnaryOp::GeluGrad: return launch_unary<T, UnaryOp::GeluGrad>(in, out, s, device);
-    case UnaryOp::Scale: return launch_unary<T, UnaryOp::Scale>(in, out, s, device);
-    case UnaryOp::AddScalar: return launch_unary<T, UnaryOp::AddScalar>(in, out, s, device);
+    case UnaryOp::Neg:
+      return launch_unary<T, UnaryOp::Neg>(in, out, s, device);
+    case UnaryOp::Exp:
+      return launch_unary<T, UnaryOp::Exp>(in, out, s, device);
+    case UnaryOp::Log:
+      return launch_unary<T, UnaryOp::Log>(in, out, s, device);
+    case UnaryOp::Sqrt:
+      return launch_unary<T, UnaryOp::Sqrt>(in, out, s, device);
+    case UnaryOp::Pow:
+      return launch_unary<T, UnaryOp::Pow>(in, out, s, device);
+    case UnaryOp::Relu:
+      return launch_unary<T, UnaryOp::Relu>(in, out, s, device);
+    case UnaryOp::Gelu:
+      return launch_unary<T, UnaryOp::Gelu>(in, out, s, device);
+    case UnaryOp::Tanh:
+      return launch_unary<T, UnaryOp::Tanh>(in, out, s, device);
+    case UnaryOp::Sigmoid:
+      return launch_unary<T, UnaryOp::Sigmoid>(in, out, s, device);
+    case UnaryOp::ReluGrad:
+      return launch_unary<T, UnaryOp::ReluGrad>(in, out, s, device);
+    case UnaryOp::GeluGrad:
+      return launch_unary<T, UnaryOp::GeluGrad>(in, out, s, device);
+    case UnaryOp::Scale:
+      return launch_unary<T, UnaryOp::Scale>(in, out, s, device);
+    case UnaryOp::AddScalar:
+      return launch_unary<T, UnaryOp::AddScalar>(in, out, s, device);
   }
   DPT_FAIL("unary kernel (CUDA): unknown op {}", static_cast<int>(op));
 }
@@ -206,10 +234,14 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   visit_all(out.dtype(), [&](auto tag) {
     using T = decltype(tag);
     switch (op) {
-      case BinaryOp::Add: return launch_binary<T, BinaryOp::Add>(a, b, out, device);
-      case BinaryOp::Sub: return launch_binary<T, BinaryOp::Sub>(a, b, out, device);
-      case BinaryOp::Mul: return launch_binary<T, BinaryOp::Mul>(a, b, out, device);
-      case BinaryOp::Div: return launch_binary<T, BinaryOp::Div>(a, b, out, device);
+      case BinaryOp::Add:
+        return launch_binary<T, BinaryOp::Add>(a, b, out, device);
+      case BinaryOp::Sub:
+        return launch_binary<T, BinaryOp::Sub>(a, b, out, device);
+      case BinaryOp::Mul:
+        return launch_binary<T, BinaryOp::Mul>(a, b, out, device);
+      case BinaryOp::Div:
+        return launch_binary<T, BinaryOp::Div>(a, b, out, device);
     }
     DPT_FAIL("binary kernel (CUDA): unknown op {}", static_cast<int>(op));
   });

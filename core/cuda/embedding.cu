@@ -10,9 +10,8 @@
 //      starting from the existing grad_weight value, then stores once.
 // Every grad_weight element is written by exactly one thread, so there is no race and no atomics. A
 // token repeated many times makes one long run (one busy block); that is the price of determinism.
-#include <cub/device/device_radix_sort.cuh>
-
 #include <algorithm>
+#include <cub/device/device_radix_sort.cuh>
 
 #include "core/cuda/cuda_kernels.h"
 #include "core/cuda/kernel_utils.cuh"
@@ -101,11 +100,11 @@ void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
       const int threads = std::min(row_threads(dim, vec ? kV : 1), 256);
       const auto grid = static_cast<unsigned>(count);
       if (vec) {
-        embedding_kernel<T, I, kV><<<grid, threads, 0, stream>>>(ptr<const T>(weight), ptr<const I>(indices),
-                                                                 ptr<T>(out), num, dim);
+        embedding_kernel<T, I, kV>
+            <<<grid, threads, 0, stream>>>(ptr<const T>(weight), ptr<const I>(indices), ptr<T>(out), num, dim);
       } else {
-        embedding_kernel<T, I, 1><<<grid, threads, 0, stream>>>(ptr<const T>(weight), ptr<const I>(indices),
-                                                                ptr<T>(out), num, dim);
+        embedding_kernel<T, I, 1>
+            <<<grid, threads, 0, stream>>>(ptr<const T>(weight), ptr<const I>(indices), ptr<T>(out), num, dim);
       }
       DPT_CUDA_CHECK_LAUNCH();
     });
@@ -132,8 +131,8 @@ void embedding_backward(const Tensor& grad_out, const Tensor& indices, const Ten
   DeviceBuffer pos_in(sizeof(int32_t) * count, device), pos_out(sizeof(int32_t) * count, device);
   visit_index(indices.dtype(), "embedding_backward", [&](auto itag) {
     using I = decltype(itag);
-    make_keys_kernel<I><<<grid_for(count, device), kThreads, 0, stream>>>(
-        ptr<const I>(indices), count, num, keys_in.as<uint32_t>(), pos_in.as<int32_t>());
+    make_keys_kernel<I><<<grid_for(count, device), kThreads, 0, stream>>>(ptr<const I>(indices), count, num,
+                                                                          keys_in.as<uint32_t>(), pos_in.as<int32_t>());
     DPT_CUDA_CHECK_LAUNCH();
   });
 

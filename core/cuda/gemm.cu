@@ -18,11 +18,10 @@
 namespace dpt::cuda_kernels {
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmArgs& args) {
-  DPT_CHECK(a.is_contiguous() && b.is_contiguous() && c.is_contiguous() && a.dtype() == c.dtype() &&
-                b.dtype() == c.dtype(),
-            "gemm kernel (CUDA): expected contiguous operands of one dtype, found {} {}, {} {}, {} {}",
-            shape_str(a.shape()), dtype_name(a.dtype()), shape_str(b.shape()), dtype_name(b.dtype()),
-            shape_str(c.shape()), dtype_name(c.dtype()));
+  DPT_CHECK(
+      a.is_contiguous() && b.is_contiguous() && c.is_contiguous() && a.dtype() == c.dtype() && b.dtype() == c.dtype(),
+      "gemm kernel (CUDA): expected contiguous operands of one dtype, found {} {}, {} {}, {} {}", shape_str(a.shape()),
+      dtype_name(a.dtype()), shape_str(b.shape()), dtype_name(b.dtype()), shape_str(c.shape()), dtype_name(c.dtype()));
   DPT_CHECK(c.numel() >= (args.batch - 1) * args.stride_c + args.m * args.n &&
                 a.numel() >= (args.batch - 1) * args.stride_a + args.m * args.k &&
                 b.numel() >= (args.batch - 1) * args.stride_b + args.k * args.n,
@@ -68,13 +67,12 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmArgs& arg
     case DType::BFloat16: {
       const float alpha = static_cast<float>(args.alpha), beta = static_cast<float>(args.beta);
       const cudaDataType_t type = c.dtype() == DType::Float32 ? CUDA_R_32F : CUDA_R_16BF;
-      const cublasComputeType_t compute = c.dtype() == DType::Float32 && cuda::allow_tf32()
-                                              ? CUBLAS_COMPUTE_32F_FAST_TF32
-                                              : CUBLAS_COMPUTE_32F;
+      const cublasComputeType_t compute =
+          c.dtype() == DType::Float32 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       DPT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_first, op_second, n, m, k, &alpha, b.data_ptr(), type,
-                                                  ld_first, args.stride_b, a.data_ptr(), type, ld_second,
-                                                  args.stride_a, &beta, c.data_ptr(), type, ldc, args.stride_c, batch,
-                                                  compute, CUBLAS_GEMM_DEFAULT));
+                                                  ld_first, args.stride_b, a.data_ptr(), type, ld_second, args.stride_a,
+                                                  &beta, c.data_ptr(), type, ldc, args.stride_c, batch, compute,
+                                                  CUBLAS_GEMM_DEFAULT));
       break;
     }
     default:

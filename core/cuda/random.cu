@@ -31,8 +31,8 @@ void launch_random(const Tensor& out, uint64_t seed, uint64_t offset, double shi
   cuda::DeviceGuard guard(device);
   visit_floating(out.dtype(), what, [&](auto tag) {
     using T = decltype(tag);
-    random_kernel<T, Normal><<<grid_for(n, device), kThreads, 0, cuda::current_stream(device)>>>(
-        ptr<T>(out), n, seed, offset, shift, scale);
+    random_kernel<T, Normal><<<grid_for(n, device), kThreads, 0, cuda::current_stream(device)>>>(ptr<T>(out), n, seed,
+                                                                                                 offset, shift, scale);
     DPT_CUDA_CHECK_LAUNCH();
   });
 }

@@ -81,9 +81,9 @@ __device__ __forceinline__ void store_result(int64_t slot, int chunk, int chunks
 }
 
 template <class T, ReduceOp Op>
-__global__ void reduce_rows_kernel(const T* __restrict__ in, int64_t n, int64_t chunk_len, int chunks,
-                                   T* __restrict__ out, int64_t* __restrict__ indices, Acc<T>* __restrict__ part_v,
-                                   int64_t* __restrict__ part_i) {
+__global__ void __launch_bounds__(512)
+    reduce_rows_kernel(const T* __restrict__ in, int64_t n, int64_t chunk_len, int chunks, T* __restrict__ out,
+                       int64_t* __restrict__ indices, Acc<T>* __restrict__ part_v, int64_t* __restrict__ part_i) {
   using A = Acc<T>;
   __shared__ A sv[32];
   __shared__ int64_t si[32];
@@ -107,8 +107,8 @@ __global__ void reduce_rows_kernel(const T* __restrict__ in, int64_t n, int64_t 
 }
 
 template <class T, ReduceOp Op>
-__global__ void reduce_cols_kernel(const T* __restrict__ in, int64_t cols, int64_t n, int64_t inner,
-                                   int64_t chunk_len, int chunks, T* __restrict__ out, int64_t* __restrict__ indices,
+__global__ void reduce_cols_kernel(const T* __restrict__ in, int64_t cols, int64_t n, int64_t inner, int64_t chunk_len,
+                                   int chunks, T* __restrict__ out, int64_t* __restrict__ indices,
                                    Acc<T>* __restrict__ part_v, int64_t* __restrict__ part_i) {
   using A = Acc<T>;
   const int64_t col = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -156,8 +156,8 @@ __global__ void reduce_finish_kernel(int64_t slots, int chunks, const Acc<T>* __
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 template <class T, ReduceOp Op>
-void reduce_typed(const Tensor& in, int64_t outer, int64_t n, int64_t inner, const Tensor& out,
-                  const Tensor& indices, int device) {
+void reduce_typed(const Tensor& in, int64_t outer, int64_t n, int64_t inner, const Tensor& out, const Tensor& indices,
+                  int device) {
   using A = Acc<T>;
   cudaStream_t stream = cuda::current_stream(device);
   const T* x = ptr<const T>(in);
@@ -192,12 +192,12 @@ void reduce_typed(const Tensor& in, int64_t outer, int64_t n, int64_t inner, con
   if (rows) {
     const int threads = std::min(row_threads(chunk_len), 512);
     dim3 grid(static_cast<unsigned>(outer), static_cast<unsigned>(chunks));
-    reduce_rows_kernel<T, Op><<<grid, threads, 0, stream>>>(x, n, chunk_len, static_cast<int>(chunks), y, idx, part_v,
-                                                            part_i);
+    reduce_rows_kernel<T, Op>
+        <<<grid, threads, 0, stream>>>(x, n, chunk_len, static_cast<int>(chunks), y, idx, part_v, part_i);
   } else {
     dim3 grid(static_cast<unsigned>(ceil_div(slots, kThreads)), static_cast<unsigned>(chunks));
-    reduce_cols_kernel<T, Op><<<grid, kThreads, 0, stream>>>(x, slots, n, inner, chunk_len, static_cast<int>(chunks),
-                                                             y, idx, part_v, part_i);
+    reduce_cols_kernel<T, Op><<<grid, kThreads, 0, stream>>>(x, slots, n, inner, chunk_len, static_cast<int>(chunks), y,
+                                                             idx, part_v, part_i);
   }
   DPT_CUDA_CHECK_LAUNCH();
   if (chunks > 1) {

@@ -9,11 +9,17 @@ namespace dpt::cuda_kernels {
 
 template <class C>
 __device__ __forceinline__ C fast_exp(C x) {
-  if constexpr (std::is_same_v<C, float>) return expf(x); else return exp(x);
+  if constexpr (std::is_same_v<C, float>)
+    return expf(x);
+  else
+    return exp(x);
 }
 template <class C>
 __device__ __forceinline__ C fast_log(C x) {
-  if constexpr (std::is_same_v<C, float>) return logf(x); else return log(x);
+  if constexpr (std::is_same_v<C, float>)
+    return logf(x);
+  else
+    return log(x);
 }
 template <class C>
 __device__ __forceinline__ C neg_inf() {
@@ -62,7 +68,10 @@ struct RowSlot {
 // memory, unused for warp rows.
 template <bool WarpRow, class C>
 __device__ __forceinline__ C row_sum(C v, C* scratch) {
-  if constexpr (WarpRow) return warp_sum(v); else return block_sum(v, scratch);
+  if constexpr (WarpRow)
+    return warp_sum(v);
+  else
+    return block_sum(v, scratch);
 }
 
 template <bool WarpRow, class C>

@@ -11,6 +11,7 @@
 #include <atomic>
 #include <cstdint>
 #include <mutex>
+#include <string>
 
 #include "core/cuda/check.h"
 #include "core/cuda/memory.h"
@@ -91,6 +92,14 @@ void synchronize() {
   DPT_CUDA_CHECK(cudaDeviceSynchronize());
 }
 
+std::string device_name(int device) {
+  DPT_CHECK(device >= 0 && device < device_count(), "device_name: CUDA device {} does not exist ({} visible)", device,
+            device_count());
+  cudaDeviceProp prop{};
+  DPT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
+  return prop.name;
+}
+
 void* allocate(size_t nbytes, int device) {
   device = checked_device(device, "allocate");
   if (nbytes == 0) return nullptr;
@@ -100,8 +109,8 @@ void* allocate(size_t nbytes, int device) {
   cudaError_t status = cudaMallocAsync(&ptr, nbytes, current_stream(device));
   if (status == cudaErrorMemoryAllocation) {
     (void)cudaGetLastError();
-    DPT_FAIL("CUDA out of memory on device {}: asked for {} bytes with {} bytes held by live tensors (peak {})",
-             device, nbytes, memory_allocated(device), max_memory_allocated(device));
+    DPT_FAIL("CUDA out of memory on device {}: asked for {} bytes with {} bytes held by live tensors (peak {})", device,
+             nbytes, memory_allocated(device), max_memory_allocated(device));
   }
   DPT_CUDA_CHECK(status);
   note_allocated(device, nbytes);

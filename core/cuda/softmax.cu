@@ -13,7 +13,8 @@ namespace dpt::cuda_kernels {
 namespace {
 
 template <class T, int V, bool WarpRow, bool Log>
-__global__ void softmax_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int64_t n) {
+__global__ void __launch_bounds__(1024)
+    softmax_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t rows, int64_t n) {
   using C = Compute<T>;
   __shared__ C scratch_m[32], scratch_s[32];
   const RowSlot<WarpRow> slot;
@@ -42,8 +43,9 @@ __global__ void softmax_kernel(const T* __restrict__ in, T* __restrict__ out, in
 }
 
 template <class T, int V, bool WarpRow, bool Log>
-__global__ void softmax_backward_kernel(const T* __restrict__ grad_out, const T* __restrict__ out,
-                                        T* __restrict__ grad_in, int64_t rows, int64_t n) {
+__global__ void __launch_bounds__(1024)
+    softmax_backward_kernel(const T* __restrict__ grad_out, const T* __restrict__ out, T* __restrict__ grad_in,
+                            int64_t rows, int64_t n) {
   using C = Compute<T>;
   __shared__ C scratch[32];
   const RowSlot<WarpRow> slot;
@@ -82,15 +84,15 @@ void launch_rows(const void* a, const void* b, void* out, int64_t rows, int64_t 
   auto go = [&](auto v_tag, auto warp_tag) {
     constexpr int V = decltype(v_tag)::value;
     constexpr bool W = decltype(warp_tag)::value;
-    const unsigned grid = W ? static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock)
-                            : static_cast<unsigned>(rows);
+    const unsigned grid =
+        W ? static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock) : static_cast<unsigned>(rows);
     const int threads = W ? 32 * kWarpRowsPerBlock : std::min(row_threads(n, V), 1024);
     if constexpr (Backward) {
       softmax_backward_kernel<T, V, W, Log><<<grid, threads, 0, stream>>>(
           static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), rows, n);
     } else {
-      softmax_kernel<T, V, W, Log><<<grid, threads, 0, stream>>>(static_cast<const T*>(a), static_cast<T*>(out), rows,
-                                                                 n);
+      softmax_kernel<T, V, W, Log>
+          <<<grid, threads, 0, stream>>>(static_cast<const T*>(a), static_cast<T*>(out), rows, n);
     }
   };
   using One = std::integral_constant<int, 1>;

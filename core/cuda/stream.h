@@ -55,10 +55,10 @@ class CudaEvent {
   CudaEvent(const CudaEvent&) = delete;
   CudaEvent& operator=(const CudaEvent&) = delete;
 
-  void record(cudaStream_t stream = nullptr);  // nullptr: the current stream of the event's device
-  void wait(cudaStream_t stream = nullptr);    // makes `stream` wait for the last record (no host sync)
-  bool query() const;                          // true when the recorded work has finished
-  void synchronize() const;                    // blocks the host until the recorded work has finished
+  void record(cudaStream_t stream = nullptr);    // nullptr: the current stream of the event's device
+  void wait(cudaStream_t stream = nullptr);      // makes `stream` wait for the last record (no host sync)
+  bool query() const;                            // true when the recorded work has finished
+  void synchronize() const;                      // blocks the host until the recorded work has finished
   float elapsed_ms(const CudaEvent& end) const;  // from this event to `end`; both need timing = true
   cudaEvent_t get() const { return event_; }
 

@@ -61,8 +61,8 @@ StridedShape<N> make_strided_shape(const Shape& shape, const std::array<const Sh
     for (int k = 0; k < N; ++k) st[k][merged] = st[k][d];
     ++merged;
   }
-  DPT_CHECK(merged <= kMaxDims, "{} (CUDA): a view of shape {} needs {} strided dims after merging, at most {}",
-            what, shape_str(shape), merged, kMaxDims);
+  DPT_CHECK(merged <= kMaxDims, "{} (CUDA): a view of shape {} needs {} strided dims after merging, at most {}", what,
+            shape_str(shape), merged, kMaxDims);
   StridedShape<N> s;
   s.ndim = merged;
   for (int d = 0; d < merged; ++d) {

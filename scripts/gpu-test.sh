@@ -1,0 +1,89 @@
+#!/usr/bin/env bash
+# Builds dptrain with CUDA on a GPU machine and runs the test suite; prints a short summary last.
+#
+#   scripts/gpu-test.sh                # every test
+#   scripts/gpu-test.sh -R 'Cuda'      # extra arguments go to ctest
+#
+# Run from anywhere in the checkout. The C++ dependencies the GPU machines lack (Eigen, spdlog, fmt,
+# yaml-cpp, GoogleTest, Gloo) are Debian packages unpacked into .deps/ (see the GPU notes). Builds into
+# build-gpu/ (or $DPT_BUILD_DIR) with every core; logs go to $OUT (if set) or the build directory.
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+cd "$root"
+build="${DPT_BUILD_DIR:-$root/build-gpu}"
+logs="${OUT:-$build}"
+deps="$root/.deps"
+mkdir -p "$build" "$logs"
+
+# Never let NCCL or anything else set up NVLink multicast on these machines.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+dep_libs="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib:$deps/lib/x86_64-linux-gnu"
+export LD_LIBRARY_PATH="$dep_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+
+if [[ ! -d "$deps/usr/include/eigen3" ]]; then
+  echo "gpu-test: $deps/usr is missing the unpacked dependency packages" >&2
+  exit 2
+fi
+# Debian's Gloo export names its library by absolute path (/usr/lib/libgloo.so...); point it into .deps.
+gloo_targets="$deps/usr/share/cmake/Gloo/GlooTargets-relwithdebinfo.cmake"
+if [[ -f "$gloo_targets" ]] && grep -q '"/usr/lib/libgloo' "$gloo_targets"; then
+  sed -i 's#"/usr/lib/libgloo#"${_IMPORT_PREFIX}/lib/libgloo#g' "$gloo_targets"
+fi
+
+generator=()
+if command -v ninja >/dev/null 2>&1; then generator=(-G Ninja); fi
+if [[ -f "$build/CMakeCache.txt" ]] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}$" "$build/CMakeCache.txt"; then
+  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"  # the generator changed since the last run
+fi
+jobs="$(nproc)"
+
+summary() {  # summary <status line> : device, counts and failures, printed last
+  local device
+  device="$(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ', ' -)"
+  echo
+  echo "=== dptrain GPU test summary ==="
+  echo "device:  ${device:-no GPU visible to nvidia-smi}"
+  echo "commit:  $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  echo "$1"
+}
+
+echo "gpu-test: configuring into $build"
+if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DDPT_CUDA=ON \
+    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" -DEigen3_DIR="$deps/usr/share/eigen3/cmake" \
+    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
+    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$dep_libs" -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$dep_libs" \
+    >"$logs/configure.log" 2>&1; then
+  tail -n 30 "$logs/configure.log"
+  summary "result:  CONFIGURE FAILED (log: $logs/configure.log)"
+  exit 1
+fi
+
+echo "gpu-test: building with $jobs jobs (log: $logs/build.log)"
+if ! cmake --build "$build" -j "$jobs" >"$logs/build.log" 2>&1; then
+  grep -E "error|Error|FAILED" "$logs/build.log" | head -n 40
+  summary "result:  BUILD FAILED (log: $logs/build.log)"
+  exit 1
+fi
+
+echo "gpu-test: running ctest (log: $logs/ctest.log)"
+(cd "$build" && ctest -V -j "$jobs" --timeout 900 "$@") >"$logs/ctest.log" 2>&1
+ctest_status=$?
+
+# ctest counts GTEST_SKIP()ped tests as passed; count them from GoogleTest's own lines.
+total_line="$(grep -E 'tests passed, [0-9]+ tests failed out of [0-9]+' "$logs/ctest.log" | tail -n 1)"
+total="$(sed -E 's/.*out of ([0-9]+).*/\1/' <<<"$total_line")"
+failed="$(sed -E 's/.* ([0-9]+) tests failed.*/\1/' <<<"$total_line")"
+skipped="$(grep -oE '\[  SKIPPED \] [A-Za-z0-9_/.]+ \(' "$logs/ctest.log" | sort -u | wc -l)"
+failures="$(sed -n '/The following tests FAILED:/,$p' "$logs/ctest.log" | grep -E '^\s+[0-9]+ - ' | sed -E 's/^\s+[0-9]+ - //')"
+if [[ -z "$total_line" ]]; then
+  tail -n 30 "$logs/ctest.log"
+  summary "result:  CTEST DID NOT FINISH (status $ctest_status, log: $logs/ctest.log)"
+  exit 1
+fi
+passed=$((total - failed - skipped))
+result="tests:   $passed passed, $failed failed, $skipped skipped (of $total; log: $logs/ctest.log)"
+if [[ -n "$failures" ]]; then
+  result+=$'\n'"failed:"$'\n'"$(sed 's/^/  /' <<<"$failures")"
+fi
+summary "$result"
+exit "$ctest_status"
