@@ -69,8 +69,8 @@ struct Loader::DeviceStage {
   }
 
   ~DeviceStage() {
+    cudaStreamSynchronize(copy_stream_);  // no pinned buffer or device batch may be freed under a running copy
     ahead_.reset();
-    cudaStreamSynchronize(copy_stream_);  // no pinned buffer may be freed under a running copy
     for (Slot& s : slots_) {
       cuda::free_pinned(s.input);
       cuda::free_pinned(s.target);
@@ -120,7 +120,16 @@ struct Loader::DeviceStage {
   }
 
   // Consumer thread: step 3 — the consumer's stream waits for the copy, the host does not.
-  void make_current_stream_wait(int slot) { slots_[static_cast<size_t>(slot)].copy_done->wait(cuda::current_stream(device_)); }
+  void make_current_stream_wait(int slot) {
+    slots_[static_cast<size_t>(slot)].copy_done->wait(cuda::current_stream(device_));
+  }
+
+  // Discards the batch copied ahead. Its device memory returns to the pool on the consumer's stream,
+  // so that stream first waits for the copy still writing into it.
+  void drop_ahead() {
+    if (ahead_ && ahead_->slot >= 0 && !ahead_->error) make_current_stream_wait(ahead_->slot);
+    ahead_.reset();
+  }
 
   int device_;
   std::vector<Slot> slots_;
@@ -255,7 +264,7 @@ void Loader::start_worker(LoaderPosition from) {
 
 void Loader::stop_worker() {
 #ifdef DPT_HAVE_CUDA
-  if (stage_) stage_->ahead_.reset();
+  if (stage_) stage_->drop_ahead();
 #endif
   if (!worker_) return;
   {
