@@ -32,7 +32,9 @@ Tensor unary_forward(const char* op, UnaryOp kind, const Tensor& x, double scala
 }
 
 // The raw unary kernel on a (possibly strided) gradient, for use inside backward functions.
-Tensor unary_raw(UnaryOp kind, const Tensor& x, double scalar = 0) { return unary_forward("backward", kind, x, scalar); }
+Tensor unary_raw(UnaryOp kind, const Tensor& x, double scalar = 0) {
+  return unary_forward("backward", kind, x, scalar);
+}
 
 }  // namespace
 
@@ -85,9 +87,8 @@ Tensor add(const Tensor& a, double b) {
 
 Tensor mul(const Tensor& a, double b) {
   Tensor out = unary_forward("mul", UnaryOp::Scale, a, b);
-  record_op("MulScalarBackward", {a}, {out}, [b](const std::vector<Tensor>& g) {
-    return std::vector<Tensor>{unary_raw(UnaryOp::Scale, g[0], b)};
-  });
+  record_op("MulScalarBackward", {a}, {out},
+            [b](const std::vector<Tensor>& g) { return std::vector<Tensor>{unary_raw(UnaryOp::Scale, g[0], b)}; });
   return out;
 }
 
@@ -101,14 +102,16 @@ Tensor neg(const Tensor& x) {
 Tensor exp(const Tensor& x) {
   Tensor out = unary_forward("exp", UnaryOp::Exp, x);
   Tensor so = out.detach();
-  record_op("ExpBackward", {x}, {out}, [so](const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], so)}; });
+  record_op("ExpBackward", {x}, {out},
+            [so](const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], so)}; });
   return out;
 }
 
 Tensor log(const Tensor& x) {
   Tensor out = unary_forward("log", UnaryOp::Log, x);
   Tensor sx = x.detach();
-  record_op("LogBackward", {x}, {out}, [sx](const std::vector<Tensor>& g) { return std::vector<Tensor>{div(g[0], sx)}; });
+  record_op("LogBackward", {x}, {out},
+            [sx](const std::vector<Tensor>& g) { return std::vector<Tensor>{div(g[0], sx)}; });
   return out;
 }
 

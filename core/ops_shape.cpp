@@ -70,8 +70,8 @@ Tensor reshape(const Tensor& x, const Shape& requested) {
 Tensor permute(const Tensor& x, const std::vector<int64_t>& dims) {
   DPT_CHECK(x.defined(), "permute: undefined input tensor");
   const int64_t rank = x.dim();
-  DPT_CHECK(static_cast<int64_t>(dims.size()) == rank, "permute: {} dims given for a tensor of shape {}",
-            dims.size(), shape_str(x.shape()));
+  DPT_CHECK(static_cast<int64_t>(dims.size()) == rank, "permute: {} dims given for a tensor of shape {}", dims.size(),
+            shape_str(x.shape()));
   std::vector<int64_t> wrapped(dims.size()), inverse(dims.size(), -1);
   Shape shape(dims.size()), strides(dims.size());
   for (size_t i = 0; i < dims.size(); ++i) {

@@ -52,8 +52,8 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                            const Tensor& logsumexp, const Tensor& grad_scale, const Tensor& grad_logits) {
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& logsumexp,
+                            const Tensor& grad_scale, const Tensor& grad_logits) {
   DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && grad_logits.is_contiguous() &&
                 grad_logits.shape() == logits.shape() && grad_logits.dtype() == logits.dtype() &&
                 grad_scale.numel() == 1 && grad_scale.dtype() == logsumexp.dtype(),

@@ -26,19 +26,32 @@ C gelu_grad(C x) {
 template <class C>
 C apply_unary(UnaryOp op, C x, C s) {
   switch (op) {
-    case UnaryOp::Neg: return -x;
-    case UnaryOp::Exp: return std::exp(x);
-    case UnaryOp::Log: return std::log(x);
-    case UnaryOp::Sqrt: return std::sqrt(x);
-    case UnaryOp::Pow: return std::pow(x, s);
-    case UnaryOp::Relu: return x > 0 ? x : C(0);
-    case UnaryOp::Gelu: return gelu_value(x);
-    case UnaryOp::Tanh: return std::tanh(x);
-    case UnaryOp::Sigmoid: return 1 / (1 + std::exp(-x));
-    case UnaryOp::ReluGrad: return x > 0 ? C(1) : C(0);
-    case UnaryOp::GeluGrad: return gelu_grad(x);
-    case UnaryOp::Scale: return x * s;
-    case UnaryOp::AddScalar: return x + s;
+    case UnaryOp::Neg:
+      return -x;
+    case UnaryOp::Exp:
+      return std::exp(x);
+    case UnaryOp::Log:
+      return std::log(x);
+    case UnaryOp::Sqrt:
+      return std::sqrt(x);
+    case UnaryOp::Pow:
+      return std::pow(x, s);
+    case UnaryOp::Relu:
+      return x > 0 ? x : C(0);
+    case UnaryOp::Gelu:
+      return gelu_value(x);
+    case UnaryOp::Tanh:
+      return std::tanh(x);
+    case UnaryOp::Sigmoid:
+      return 1 / (1 + std::exp(-x));
+    case UnaryOp::ReluGrad:
+      return x > 0 ? C(1) : C(0);
+    case UnaryOp::GeluGrad:
+      return gelu_grad(x);
+    case UnaryOp::Scale:
+      return x * s;
+    case UnaryOp::AddScalar:
+      return x + s;
   }
   return x;
 }
@@ -46,10 +59,14 @@ C apply_unary(UnaryOp op, C x, C s) {
 template <class C>
 C apply_binary(BinaryOp op, C a, C b) {
   switch (op) {
-    case BinaryOp::Add: return a + b;
-    case BinaryOp::Sub: return a - b;
-    case BinaryOp::Mul: return a * b;
-    case BinaryOp::Div: return a / b;
+    case BinaryOp::Add:
+      return a + b;
+    case BinaryOp::Sub:
+      return a - b;
+    case BinaryOp::Mul:
+      return a * b;
+    case BinaryOp::Div:
+      return a / b;
   }
   return a;
 }
@@ -72,9 +89,8 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out, double scalar) {
 }
 
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
-  DPT_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(),
-            "binary kernel: dtypes {} and {} into {}", dtype_name(a.dtype()), dtype_name(b.dtype()),
-            dtype_name(out.dtype()));
+  DPT_CHECK(a.dtype() == out.dtype() && b.dtype() == out.dtype(), "binary kernel: dtypes {} and {} into {}",
+            dtype_name(a.dtype()), dtype_name(b.dtype()), dtype_name(out.dtype()));
   DPT_CHECK(a.shape() == out.shape() && b.shape() == out.shape() && out.is_contiguous(),
             "binary kernel: operands {} and {} must be views broadcast to the contiguous output {}",
             shape_str(a.shape()), shape_str(b.shape()), shape_str(out.shape()));

@@ -46,19 +46,22 @@ std::vector<float> widen(const Tensor& t) {
 }  // namespace
 
 void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmArgs& args) {
-  DPT_CHECK(a.is_contiguous() && b.is_contiguous() && c.is_contiguous() && a.dtype() == c.dtype() &&
-                b.dtype() == c.dtype(),
-            "gemm kernel: expected contiguous operands of one dtype, found {} {}, {} {}, {} {}", shape_str(a.shape()),
-            dtype_name(a.dtype()), shape_str(b.shape()), dtype_name(b.dtype()), shape_str(c.shape()),
-            dtype_name(c.dtype()));
+  DPT_CHECK(
+      a.is_contiguous() && b.is_contiguous() && c.is_contiguous() && a.dtype() == c.dtype() && b.dtype() == c.dtype(),
+      "gemm kernel: expected contiguous operands of one dtype, found {} {}, {} {}, {} {}", shape_str(a.shape()),
+      dtype_name(a.dtype()), shape_str(b.shape()), dtype_name(b.dtype()), shape_str(c.shape()), dtype_name(c.dtype()));
   DPT_CHECK(c.numel() >= (args.batch - 1) * args.stride_c + args.m * args.n &&
                 a.numel() >= (args.batch - 1) * args.stride_a + args.m * args.k &&
                 b.numel() >= (args.batch - 1) * args.stride_b + args.k * args.n,
             "gemm kernel: batch {} of [{}, {}] @ [{}, {}] overruns the operands", args.batch, args.m, args.k, args.k,
             args.n);
   switch (c.dtype()) {
-    case DType::Float32: gemm_typed(a.data<float>(), b.data<float>(), c.data<float>(), args); break;
-    case DType::Float64: gemm_typed(a.data<double>(), b.data<double>(), c.data<double>(), args); break;
+    case DType::Float32:
+      gemm_typed(a.data<float>(), b.data<float>(), c.data<float>(), args);
+      break;
+    case DType::Float64:
+      gemm_typed(a.data<double>(), b.data<double>(), c.data<double>(), args);
+      break;
     case DType::BFloat16: {
       std::vector<float> fa = widen(a), fb = widen(b);
       std::vector<float> fc = args.beta == 0 ? std::vector<float>(static_cast<size_t>(c.numel())) : widen(c);
@@ -67,7 +70,8 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmArgs& arg
       for (size_t i = 0; i < fc.size(); ++i) pc[i] = bf16(fc[i]);
       break;
     }
-    default: DPT_FAIL("gemm kernel: expected a floating dtype, found {}", dtype_name(c.dtype()));
+    default:
+      DPT_FAIL("gemm kernel: expected a floating dtype, found {}", dtype_name(c.dtype()));
   }
 }
 

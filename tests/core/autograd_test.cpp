@@ -1,7 +1,8 @@
 // The autograd engine: accumulation, no-grad scopes, in-place gradient buffers and grad-ready hooks.
+#include "core/autograd.h"
+
 #include <gtest/gtest.h>
 
-#include "core/autograd.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -28,8 +29,8 @@ TEST(Autograd, GradientsAccumulateAcrossTwoBackwards) {
 TEST(Autograd, LeafUsedTwiceReceivesTheSumOfBothPaths) {
   Tensor x = leaf({3}, {1});
   Tensor y = add(mul(x, 2.0), exp(x * 0.0));  // dy/dx = 2 (+ 0)
-  Tensor z = mul(y, x);                      // x used again
-  z.backward();                              // d/dx (2x^2 + x) = 4x + 1
+  Tensor z = mul(y, x);                       // x used again
+  z.backward();                               // d/dx (2x^2 + x) = 4x + 1
   EXPECT_DOUBLE_EQ(x.grad().item(), 13);
 }
 
@@ -124,7 +125,8 @@ TEST(GradReadyHook, FiresInReverseOrderOfLastUseForAThreeLayerChain) {
   sum(h).backward();
   EXPECT_EQ(log.order, (std::vector<std::string>{"layer3", "layer2", "layer1"}));
   // Each hook saw the final gradient, before backward returned.
-  for (int i = 0; i < 3; ++i) EXPECT_EQ(log.grads[static_cast<size_t>(2 - i)], w[static_cast<size_t>(i)].grad().to_vector<double>());
+  for (int i = 0; i < 3; ++i)
+    EXPECT_EQ(log.grads[static_cast<size_t>(2 - i)], w[static_cast<size_t>(i)].grad().to_vector<double>());
 }
 
 TEST(GradReadyHook, FiresOncePerBackwardAfterEveryUseOfTheLeaf) {

@@ -99,7 +99,10 @@ TEST_F(OpDtypes, ReductionsAndShapes) {
   expect_dtypes_agree("mean", [](const Inputs& x) { return mean(x[0]); }, {normal({3, 4})});
   expect_dtypes_agree("max", [](const Inputs& x) { return max(x[0], -1); }, {normal({3, 4})});
   expect_dtypes_agree("permute", [](const Inputs& x) { return exp(x[0].permute({2, 0, 1})); }, {normal({2, 3, 4})});
-  expect_dtypes_agree("concat", [](const Inputs& x) { return concat({x[0], x[1]}, 1); },
+  expect_dtypes_agree("concat",
+                      [](const Inputs& x) {
+                        return concat({x[0], x[1]}, 1);
+                      },
                       {normal({2, 3}), normal({2, 1})});
   expect_dtypes_agree("split", [](const Inputs& x) { return split(x[0], {1, 2}, 1)[1]; }, {normal({2, 3})});
   expect_dtypes_agree("slice", [](const Inputs& x) { return slice(x[0], 1, 1, 2); }, {normal({2, 3})});

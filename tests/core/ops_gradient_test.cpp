@@ -3,9 +3,8 @@
 #include <gtest/gtest.h>
 
 #include "core/autograd.h"
-#include "core/kernels.h"
-
 #include "core/factory.h"
+#include "core/kernels.h"
 #include "core/ops.h"
 #include "gradcheck.h"
 
@@ -28,7 +27,8 @@ TEST_F(OpGradient, CheckerCatchesAWrongBackward) {
   auto wrong_double = [](const Inputs& x) {
     Tensor out = Tensor::empty(x[0].shape(), x[0].options());
     kernels::unary(kernels::UnaryOp::Scale, x[0].detach().contiguous(), out, 2.0);
-    record_op("WrongBackward", {x[0]}, {out}, [](const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], 3.0)}; });
+    record_op("WrongBackward", {x[0]}, {out},
+              [](const std::vector<Tensor>& g) { return std::vector<Tensor>{mul(g[0], 3.0)}; });
     return out;
   };
   Tensor x = normal({1});  // one element: exactly one failure
@@ -152,12 +152,21 @@ TEST_F(OpGradient, CopiesPassGradientsThrough) {
 }
 
 TEST_F(OpGradient, ConcatAndSplit) {
-  expect_gradients_match([](const Inputs& v) { return concat({v[0], v[1]}, 0); }, {normal({2, 3}), normal({1, 3})},
-                         kTol);
-  expect_gradients_match([](const Inputs& v) { return concat({v[0], v[1], v[0]}, 1); },
-                         {normal({2, 2, 3}), normal({2, 1, 3})}, kTol);
-  expect_gradients_match([](const Inputs& v) { return concat({v[0], v[1]}, -1); }, {normal({2, 3}), normal({2, 2})},
-                         kTol);
+  expect_gradients_match(
+      [](const Inputs& v) {
+        return concat({v[0], v[1]}, 0);
+      },
+      {normal({2, 3}), normal({1, 3})}, kTol);
+  expect_gradients_match(
+      [](const Inputs& v) {
+        return concat({v[0], v[1], v[0]}, 1);
+      },
+      {normal({2, 2, 3}), normal({2, 1, 3})}, kTol);
+  expect_gradients_match(
+      [](const Inputs& v) {
+        return concat({v[0], v[1]}, -1);
+      },
+      {normal({2, 3}), normal({2, 2})}, kTol);
   Tensor x = normal({2, 5, 3});
   expect_gradients_match([](const Inputs& v) { return split(v[0], {2, 3}, 1)[1]; }, {x}, kTol);
   expect_gradients_match(

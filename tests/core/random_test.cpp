@@ -45,7 +45,7 @@ TEST(Random, NormalHasRequestedMeanAndStd) {
   mean /= static_cast<double>(v.size());
   for (double x : v) sq += (x - mean) * (x - mean);
   double stddev = std::sqrt(sq / static_cast<double>(v.size()));
-  EXPECT_NEAR(mean, 2.0, 0.03);   // standard error 3 / sqrt(1e5) ~ 0.0095
+  EXPECT_NEAR(mean, 2.0, 0.03);  // standard error 3 / sqrt(1e5) ~ 0.0095
   EXPECT_NEAR(stddev, 3.0, 0.03);
 }
 

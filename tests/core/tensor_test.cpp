@@ -1,10 +1,11 @@
 // Tensor basics: views share storage, conversions round-trip, errors name the op and both shapes.
+#include "core/tensor.h"
+
 #include <gtest/gtest.h>
 
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
-#include "core/tensor.h"
 
 namespace dpt {
 namespace {
@@ -78,8 +79,7 @@ TEST(Tensor, FillArangeAndItem) {
   EXPECT_EQ(full({2, 2}, 1.5).to_vector<float>(), std::vector<float>(4, 1.5f));
   EXPECT_EQ(arange(4, TensorOptions{}.with_dtype(DType::Int32)).to_vector<int32_t>(),
             (std::vector<int32_t>{0, 1, 2, 3}));
-  EXPECT_EQ(arange(3, TensorOptions{}.with_dtype(DType::BFloat16)).to_vector<float>(),
-            (std::vector<float>{0, 1, 2}));
+  EXPECT_EQ(arange(3, TensorOptions{}.with_dtype(DType::BFloat16)).to_vector<float>(), (std::vector<float>{0, 1, 2}));
   EXPECT_DOUBLE_EQ(scalar_tensor(4.25, kF64).item(), 4.25);
   EXPECT_THROW(zeros({2}).item(), Error);
 }
