@@ -50,6 +50,14 @@ class GPT(nn.Module):
         self.wpe = nn.Embedding(seq, d_model)
         self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
         self.ln_f = nn.LayerNorm(d_model)
+        # GPT-2 initialisation, as dptrain's nn::GPT: N(0, 0.02), residual projections scaled by
+        # 1/sqrt(2 n_layer), biases 0.
+        for name, p in self.named_parameters():
+            if p.dim() >= 2:
+                std = 0.02 / math.sqrt(2 * n_layer) if name.endswith(("attn_proj.weight", ".proj.weight")) else 0.02
+                nn.init.normal_(p, 0.0, std)
+            elif name.endswith("bias"):
+                nn.init.zeros_(p)
 
     def forward(self, idx, targets):
         t = idx.shape[1]

@@ -251,7 +251,7 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
       end_event.record(timing_->probe_stream);
     }
     size_t index = static_cast<size_t>(&bucket - buckets_.data());
-    timing_->buckets.push_back({index, {std::move(*launch_event), std::move(end_event)}});
+    timing_->buckets.emplace_back(index, std::make_pair(std::move(*launch_event), std::move(end_event)));
   }
 #endif
 }
