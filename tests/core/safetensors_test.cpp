@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
@@ -223,6 +224,38 @@ TEST_F(SafetensorsTest, RejectsMalformedJson) {
   expect_error(write_raw("j7.safetensors", R"({"__metadata__":{"k":1}})", ""), "must be a string");
   expect_error(write_raw("j8.safetensors", R"({"a":{"dtype":"F32","shape":[1]}})", z), "no \"data_offsets\"");
   expect_error(write_raw("j9.safetensors", "{}xyz", ""), "after the top-level");
+}
+
+// Python's own safetensors reads what we write (runs where the package is installed, else skips).
+TEST_F(SafetensorsTest, PythonSafetensorsReadsOurFile) {
+  if (std::system("python3 -c 'import safetensors, numpy' > /dev/null 2>&1") != 0) {
+    GTEST_SKIP() << "python3 with safetensors and numpy not installed";
+  }
+  save_safetensors(path("py.safetensors"),
+                   {{"blocks.0.attn.qkv.weight", from_vector<float>({1, 2, 3, 4, 5, 6}, {2, 3})},
+                    {"step", from_vector<int64_t>({7}, {1}, TensorOptions{}.with_dtype(DType::Int64))},
+                    {"h", from_vector<float>({1.5f, -2.0f}, {2}, TensorOptions{}.with_dtype(DType::BFloat16))}},
+                   {{"format", "pt"}});
+  std::string script = path("check.py");
+  std::ofstream(script) << "import sys\n"
+                           "from safetensors import safe_open\n"
+                           "with safe_open(sys.argv[1], framework='numpy') as f:\n"
+                           "    assert f.metadata() == {'format': 'pt'}, f.metadata()\n"
+                           "    w = f.get_tensor('blocks.0.attn.qkv.weight')\n"
+                           "    assert w.shape == (2, 3) and str(w.dtype) == 'float32', (w.shape, w.dtype)\n"
+                           "    assert w.tolist() == [[1, 2, 3], [4, 5, 6]], w\n"
+                           "    s = f.get_tensor('step')\n"
+                           "    assert str(s.dtype) == 'int64' and s.tolist() == [7], s\n"
+                           "    assert sorted(f.keys()) == ['blocks.0.attn.qkv.weight', 'h', 'step'], list(f.keys())\n"
+                           "try:\n"
+                           "    import torch\n"
+                           "    from safetensors.torch import load_file as load_torch\n"
+                           "    h = load_torch(sys.argv[1])['h']\n"
+                           "    assert h.dtype == torch.bfloat16 and h.tolist() == [1.5, -2.0], h\n"
+                           "except ImportError:\n"
+                           "    pass\n";
+  std::string cmd = "python3 " + script + " " + path("py.safetensors");
+  EXPECT_EQ(std::system(cmd.c_str()), 0) << cmd;
 }
 
 }  // namespace
