@@ -57,8 +57,7 @@ std::string read_text_file(const std::string& path) {
   return buffer.str();
 }
 
-CharTextDataset::CharTextDataset(const std::string& path, int64_t seq_len, WindowMode mode, uint64_t seed,
-                                 Range range)
+CharTextDataset::CharTextDataset(const std::string& path, int64_t seq_len, WindowMode mode, uint64_t seed, Range range)
     : TokenWindowDataset(seq_len, mode, seed), path_(path), text_(read_text_file(path)), vocab_(text_) {
   DPT_CHECK(!text_.empty(), "text file '{}': is empty", path);
   ids_ = vocab_.encode(text_);

@@ -27,13 +27,15 @@ IdxArray read_idx_file(const std::string& path) {
   DPT_CHECK(bytes.size() >= 4, "idx file '{}': {} bytes, shorter than the 4-byte magic", path, bytes.size());
   DPT_CHECK(bytes[0] == 0 && bytes[1] == 0, "idx file '{}': bad magic {:02x}{:02x}{:02x}{:02x} (expected 0000TTRR)",
             path, bytes[0], bytes[1], bytes[2], bytes[3]);
-  DPT_CHECK(bytes[2] == kIdxUnsignedByte, "idx file '{}': element type 0x{:02x} is not supported (expected 0x08, "
-            "unsigned byte)", path, bytes[2]);
+  DPT_CHECK(bytes[2] == kIdxUnsignedByte,
+            "idx file '{}': element type 0x{:02x} is not supported (expected 0x08, "
+            "unsigned byte)",
+            path, bytes[2]);
   const int64_t rank = bytes[3];
   DPT_CHECK(rank >= 1 && rank <= kMaxIdxRank, "idx file '{}': rank {} (expected 1 to {})", path, rank, kMaxIdxRank);
   const auto header = static_cast<size_t>(4 + 4 * rank);
-  DPT_CHECK(bytes.size() >= header, "idx file '{}': truncated header: {} bytes, rank {} needs {}", path,
-            bytes.size(), rank, header);
+  DPT_CHECK(bytes.size() >= header, "idx file '{}': truncated header: {} bytes, rank {} needs {}", path, bytes.size(),
+            rank, header);
   IdxArray array;
   int64_t count = 1;
   for (int64_t d = 0; d < rank; ++d) {
@@ -44,8 +46,7 @@ IdxArray read_idx_file(const std::string& path) {
     array.dims.push_back(extent);
   }
   const auto expected = header + static_cast<size_t>(count);
-  DPT_CHECK(bytes.size() == expected,
-            "idx file '{}': {} bytes but dimensions {} need {} ({})", path, bytes.size(),
+  DPT_CHECK(bytes.size() == expected, "idx file '{}': {} bytes but dimensions {} need {} ({})", path, bytes.size(),
             shape_str(array.dims), expected, bytes.size() < expected ? "truncated" : "trailing bytes");
   array.data.assign(bytes.begin() + static_cast<std::ptrdiff_t>(header), bytes.end());
   return array;
@@ -80,8 +81,8 @@ std::shared_ptr<TensorDataset> make_mnist_dataset(const std::string& images_path
   DPT_CHECK(labels.dims.size() == 1, "idx labels '{}': expected 1 dimension [N], got {}", labels_path,
             shape_str(labels.dims));
   const int64_t n = images.dims[0], h = images.dims[1], w = images.dims[2];
-  DPT_CHECK(labels.dims[0] == n, "idx files disagree: '{}' holds {} images but '{}' holds {} labels", images_path,
-            n, labels_path, labels.dims[0]);
+  DPT_CHECK(labels.dims[0] == n, "idx files disagree: '{}' holds {} images but '{}' holds {} labels", images_path, n,
+            labels_path, labels.dims[0]);
   std::vector<float> x(images.data.size());
   std::transform(images.data.begin(), images.data.end(), x.begin(),
                  [](uint8_t v) { return static_cast<float>(v) * (1.0f / 255.0f); });

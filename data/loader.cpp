@@ -113,8 +113,7 @@ struct Loader::DeviceStage {
     s.allocated->record(cuda::current_stream(device_));
     s.allocated->wait(copy_stream_);
     DPT_CUDA_CHECK(cudaMemcpyAsync(input.data_ptr(), s.input, input.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
-    DPT_CUDA_CHECK(
-        cudaMemcpyAsync(target.data_ptr(), s.target, target.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
+    DPT_CUDA_CHECK(cudaMemcpyAsync(target.data_ptr(), s.target, target.nbytes(), cudaMemcpyHostToDevice, copy_stream_));
     s.copy_done->record(copy_stream_);
     return {p.position, {input, target}, p.slot, nullptr};
   }
@@ -201,10 +200,10 @@ LoaderPosition Loader::advance(LoaderPosition p) const {
 
 Batch Loader::host_batch(LoaderPosition position) const {
   DPT_CHECK(position.epoch >= 0 && position.batch >= 0 && position.batch < batches_per_epoch_,
-            "Loader: position (epoch {}, batch {}) is outside an epoch of {} batches", position.epoch,
-            position.batch, batches_per_epoch_);
-  return dataset_->get_batch(batch_indices(sampler_->epoch_indices(position.epoch), position.batch,
-                                           options_.batch_size));
+            "Loader: position (epoch {}, batch {}) is outside an epoch of {} batches", position.epoch, position.batch,
+            batches_per_epoch_);
+  return dataset_->get_batch(
+      batch_indices(sampler_->epoch_indices(position.epoch), position.batch, options_.batch_size));
 }
 
 void Loader::start_worker(LoaderPosition from) {
@@ -226,7 +225,8 @@ void Loader::start_worker(LoaderPosition from) {
       {
         std::unique_lock<std::mutex> lock(w->mutex);
         w->changed.wait(lock, [&] {
-          return w->stop || (static_cast<int>(w->ready.size()) < options_.prefetch && (!staged || !w->free_slots.empty()));
+          return w->stop ||
+                 (static_cast<int>(w->ready.size()) < options_.prefetch && (!staged || !w->free_slots.empty()));
         });
         if (w->stop) return;
         if (staged) {

@@ -17,8 +17,8 @@ inline std::vector<int64_t> permutation(int64_t n, uint64_t seed, int64_t epoch)
   std::iota(order.begin(), order.end(), int64_t{0});
   // Stream = epoch, so epochs give independent permutations of the same seed.
   for (int64_t i = n - 1; i > 0; --i) {
-    auto j = static_cast<int64_t>(random::below(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(i),
-                                                static_cast<uint64_t>(i + 1)));
+    auto j = static_cast<int64_t>(
+        random::below(seed, static_cast<uint64_t>(epoch), static_cast<uint64_t>(i), static_cast<uint64_t>(i + 1)));
     std::swap(order[static_cast<size_t>(i)], order[static_cast<size_t>(j)]);
   }
   return order;

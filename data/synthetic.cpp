@@ -54,7 +54,8 @@ std::shared_ptr<TensorDataset> make_synthetic_classification(const Classificatio
   } else {
     DPT_FAIL("synthetic classification: kind must be 'spirals' or 'clusters', got '{}'", o.kind);
   }
-  return std::make_shared<TensorDataset>(from_vector(x, {n, f}), from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int32)),
+  return std::make_shared<TensorDataset>(from_vector(x, {n, f}),
+                                         from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int32)),
                                          fmt::format("synthetic {} ({} classes)", o.kind, c));
 }
 

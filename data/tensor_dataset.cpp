@@ -10,14 +10,13 @@ namespace {
 Tensor host_contiguous(const Tensor& t) { return t.detach().to(Device::cpu()).contiguous(); }
 }  // namespace
 
-TensorDataset::TensorDataset(const Tensor& inputs, const Tensor& targets, std::string name)
-    : name_(std::move(name)) {
+TensorDataset::TensorDataset(const Tensor& inputs, const Tensor& targets, std::string name) : name_(std::move(name)) {
   DPT_CHECK(inputs.defined() && targets.defined(), "{}: inputs and targets must both be given", name_);
   DPT_CHECK(inputs.dim() >= 1 && targets.dim() >= 1,
             "{}: inputs and targets need a first (example) dimension, got shapes {} and {}", name_,
             shape_str(inputs.shape()), shape_str(targets.shape()));
-  DPT_CHECK(inputs.size(0) == targets.size(0), "{}: {} inputs but {} targets (shapes {} and {})", name_,
-            inputs.size(0), targets.size(0), shape_str(inputs.shape()), shape_str(targets.shape()));
+  DPT_CHECK(inputs.size(0) == targets.size(0), "{}: {} inputs but {} targets (shapes {} and {})", name_, inputs.size(0),
+            targets.size(0), shape_str(inputs.shape()), shape_str(targets.shape()));
   inputs_ = host_contiguous(inputs);
   targets_ = host_contiguous(targets);
 }

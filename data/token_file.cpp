@@ -46,9 +46,8 @@ TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
   try {
     DPT_CHECK(header[0] == kTokenFileMagic, "token file '{}': bad magic number {} (expected {}); not a .bin token file",
               path_, header[0], kTokenFileMagic);
-    DPT_CHECK(header[1] == kTokenFileVersion,
-              "token file '{}': unsupported version {} (expected {}: uint16 tokens)", path_, header[1],
-              kTokenFileVersion);
+    DPT_CHECK(header[1] == kTokenFileVersion, "token file '{}': unsupported version {} (expected {}: uint16 tokens)",
+              path_, header[1], kTokenFileVersion);
     DPT_CHECK(header[2] >= 0, "token file '{}': negative token count {} in the header", path_, header[2]);
     count_ = header[2];
     const int64_t expected = kTokenFileHeaderBytes + 2 * count_;
@@ -112,7 +111,7 @@ std::vector<uint16_t> synthetic_tokens(int64_t count, int64_t vocab_size, uint64
   for (int64_t i = 0; i < count; ++i) {
     const auto u = static_cast<uint64_t>(i);
     t = random::uniform(seed, kStreamNoiseCoin, u) < noise ? random::below(seed, kStreamNoiseToken, u + 1, v)
-                                                         : (a * t + b) % v;
+                                                           : (a * t + b) % v;
     tokens[static_cast<size_t>(i)] = static_cast<uint16_t>(t);
   }
   return tokens;

@@ -31,7 +31,7 @@ class TokenWindowDataset : public Dataset {
 
   int64_t seq_len() const { return seq_len_; }
   int64_t num_tokens() const { return end_ - begin_; }  // tokens in this dataset's range
-  int64_t window_start(int64_t index) const;           // relative to the range's first token
+  int64_t window_start(int64_t index) const;            // relative to the range's first token
 
  protected:
   TokenWindowDataset(int64_t seq_len, WindowMode mode, uint64_t seed);

@@ -28,7 +28,8 @@ class DistributedSampler : public data::Sampler {
   // Throws when rank is outside [0, world_size), or with drop_last when the dataset is smaller than
   // the world (some rank would get nothing).
   DistributedSampler(int64_t dataset_size, int rank, int world_size, Options options);
-  DistributedSampler(int64_t dataset_size, int rank, int world_size) : DistributedSampler(dataset_size, rank, world_size, Options{}) {}
+  DistributedSampler(int64_t dataset_size, int rank, int world_size)
+      : DistributedSampler(dataset_size, rank, world_size, Options{}) {}
 
   int64_t size() const override { return num_samples_; }  // per rank, per epoch
   std::vector<int64_t> epoch_indices(int64_t epoch) const override;

@@ -1,7 +1,7 @@
 #include "config.h"
 
-#include <yaml-cpp/yaml.h>
 #include <unistd.h>
+#include <yaml-cpp/yaml.h>
 
 #include <algorithm>
 #include <cctype>
@@ -43,9 +43,13 @@ struct Field {
   std::function<void*(Config&)> ref;
 
   template <class T>
-  T& get(Config& c) const { return *static_cast<T*>(ref(c)); }
+  T& get(Config& c) const {
+    return *static_cast<T*>(ref(c));
+  }
   template <class T>
-  const T& get(const Config& c) const { return *static_cast<T*>(ref(const_cast<Config&>(c))); }
+  const T& get(const Config& c) const {
+    return *static_cast<T*>(ref(const_cast<Config&>(c)));
+  }
 };
 
 std::vector<Field> build_schema() {
@@ -54,7 +58,8 @@ std::vector<Field> build_schema() {
     s.push_back({path, kind, std::move(spec), std::move(ref)});
   };
 #define DPT_KEY(kind, path, member, ...) \
-  add(Kind::kind, path, [](Config& c) -> void* { return &c.member; }, Spec{__VA_ARGS__})
+  add(                                   \
+      Kind::kind, path, [](Config& c) -> void* { return &c.member; }, Spec{__VA_ARGS__})
 
   DPT_KEY(Choice, "model.kind", model.kind, .choices = {"mlp", "gpt", "cnn"}, .help = "model family");
   DPT_KEY(IntList, "model.mlp.hidden", model.mlp.hidden, .min = 1, .help = "hidden layer widths");
@@ -135,8 +140,8 @@ std::vector<Field> build_schema() {
 
   DPT_KEY(Choice, "distributed.backend", distributed.backend, .choices = {"auto", "nccl", "gloo"},
           .help = "collectives: auto = nccl on GPU, gloo on CPU");
-  DPT_KEY(Float, "distributed.bucket_cap_mb", distributed.bucket_cap_mb, .min = 0, .min_exclusive = true,
-          .max = 65536, .help = "gradient bucket size (MiB)");
+  DPT_KEY(Float, "distributed.bucket_cap_mb", distributed.bucket_cap_mb, .min = 0, .min_exclusive = true, .max = 65536,
+          .help = "gradient bucket size (MiB)");
   DPT_KEY(Float, "distributed.first_bucket_mb", distributed.first_bucket_mb, .min = 0, .min_exclusive = true,
           .max = 65536, .help = "size of the first bucket (MiB), small so communication starts early");
   DPT_KEY(Choice, "distributed.comm_dtype", distributed.comm_dtype, .choices = {"fp32", "bf16"},
@@ -269,12 +274,18 @@ std::string unknown_key_message(const std::string& path) {
 
 const char* kind_name(Kind k) {
   switch (k) {
-    case Kind::Int: return "integer";
-    case Kind::Float: return "number";
-    case Kind::Bool: return "boolean";
-    case Kind::String: return "string";
-    case Kind::Choice: return "choice";
-    case Kind::IntList: return "list of integers";
+    case Kind::Int:
+      return "integer";
+    case Kind::Float:
+      return "number";
+    case Kind::Bool:
+      return "boolean";
+    case Kind::String:
+      return "string";
+    case Kind::Choice:
+      return "choice";
+    case Kind::IntList:
+      return "list of integers";
   }
   return "?";
 }
@@ -283,7 +294,8 @@ std::string format_number(double v) { return fmt::format("{}", v); }
 
 std::string range_text(const Spec& spec) {
   if (spec.min && spec.max)
-    return fmt::format("in {}{}, {}]", spec.min_exclusive ? "(" : "[", format_number(*spec.min), format_number(*spec.max));
+    return fmt::format("in {}{}, {}]", spec.min_exclusive ? "(" : "[", format_number(*spec.min),
+                       format_number(*spec.max));
   if (spec.min) return fmt::format("{} {}", spec.min_exclusive ? ">" : ">=", format_number(*spec.min));
   if (spec.max) return fmt::format("<= {}", format_number(*spec.max));
   return "";
@@ -292,8 +304,10 @@ std::string range_text(const Spec& spec) {
 // What the key allows, for messages and the reference table.
 std::string allowed_text(const Field& f) {
   switch (f.kind) {
-    case Kind::Choice: return "one of " + join(f.spec.choices, " | ");
-    case Kind::Bool: return "true | false";
+    case Kind::Choice:
+      return "one of " + join(f.spec.choices, " | ");
+    case Kind::Bool:
+      return "true | false";
     case Kind::Int:
     case Kind::Float: {
       std::string noun = f.kind == Kind::Int ? "an integer" : "a number";
@@ -304,7 +318,8 @@ std::string allowed_text(const Field& f) {
       std::string r = range_text(f.spec);
       return r.empty() ? "a list of integers" : "a list of integers " + r;
     }
-    case Kind::String: return "a string";
+    case Kind::String:
+      return "a string";
   }
   return "";
 }
@@ -409,7 +424,8 @@ std::optional<std::string> assign(const Field& f, const YAML::Node& node, Config
     case Kind::String:
       f.get<std::string>(c) = text;
       return std::nullopt;
-    case Kind::IntList: break;
+    case Kind::IntList:
+      break;
   }
   return std::nullopt;
 }
@@ -418,11 +434,19 @@ std::optional<std::string> assign(const Field& f, const YAML::Node& node, Config
 YAML::Node to_node(const Field& f, const Config& c) {
   YAML::Node n;
   switch (f.kind) {
-    case Kind::Int: n = f.get<int64_t>(c); break;
-    case Kind::Float: n = format_number(f.get<double>(c)); break;
-    case Kind::Bool: n = f.get<bool>(c); break;
+    case Kind::Int:
+      n = f.get<int64_t>(c);
+      break;
+    case Kind::Float:
+      n = format_number(f.get<double>(c));
+      break;
+    case Kind::Bool:
+      n = f.get<bool>(c);
+      break;
     case Kind::String:
-    case Kind::Choice: n = f.get<std::string>(c); break;
+    case Kind::Choice:
+      n = f.get<std::string>(c);
+      break;
     case Kind::IntList:
       n = YAML::Node(YAML::NodeType::Sequence);
       for (int64_t v : f.get<std::vector<int64_t>>(c)) n.push_back(v);
@@ -435,9 +459,12 @@ YAML::Node to_node(const Field& f, const Config& c) {
 std::string default_text(const Field& f) {
   static const Config defaults;
   switch (f.kind) {
-    case Kind::Int: return std::to_string(f.get<int64_t>(defaults));
-    case Kind::Float: return format_number(f.get<double>(defaults));
-    case Kind::Bool: return f.get<bool>(defaults) ? "true" : "false";
+    case Kind::Int:
+      return std::to_string(f.get<int64_t>(defaults));
+    case Kind::Float:
+      return format_number(f.get<double>(defaults));
+    case Kind::Bool:
+      return f.get<bool>(defaults) ? "true" : "false";
     case Kind::String:
     case Kind::Choice: {
       const std::string& s = f.get<std::string>(defaults);
@@ -474,7 +501,8 @@ class Loader {
     try {
       root = YAML::Load(yaml);
     } catch (const YAML::ParserException& e) {
-      problems_.push_back(fmt::format("{}:{}:{}: malformed YAML: {}", name_, e.mark.line + 1, e.mark.column + 1, e.msg));
+      problems_.push_back(
+          fmt::format("{}:{}:{}: malformed YAML: {}", name_, e.mark.line + 1, e.mark.column + 1, e.msg));
       parsed = false;
     }
     if (parsed) {
@@ -542,8 +570,9 @@ class Loader {
         if (value.IsMap()) {
           flatten(value, path);
         } else if (!value.IsNull()) {
-          report_at(at, path, fmt::format("is a section: expected a mapping of its keys ({}), got {}",
-                                          join(children_of(path)), node_shape(value)));
+          report_at(at, path,
+                    fmt::format("is a section: expected a mapping of its keys ({}), got {}", join(children_of(path)),
+                                node_shape(value)));
         }
       } else if (find_field(path)) {
         entries_[path] = {value, at, true};
@@ -577,7 +606,8 @@ class Loader {
     const Field* field = find_field(key);
     if (!field) {
       const std::string leaf = leaf_of(key);
-      const bool digits = !leaf.empty() && std::all_of(leaf.begin(), leaf.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
+      const bool digits =
+          !leaf.empty() && std::all_of(leaf.begin(), leaf.end(), [](char ch) { return ch >= '0' && ch <= '9'; });
       if (auto i = digits ? parse_int(leaf) : std::nullopt; i) {
         const Field* list = find_field(parent_of(key));
         if (list && list->kind == Kind::IntList) field = list, target = list->path, index = static_cast<size_t>(*i);
@@ -592,8 +622,9 @@ class Loader {
       return;
     }
     if (mode == Mode::Add && is_set(target)) {
-      report_at(at, key, fmt::format("'+' adds a key the config does not set, but {} sets it; use {}=... to override",
-                                     where(target), key));
+      report_at(at, key,
+                fmt::format("'+' adds a key the config does not set, but {} sets it; use {}=... to override",
+                            where(target), key));
       return;
     }
     YAML::Node value;
@@ -648,13 +679,15 @@ class Loader {
 
   void require_file(std::string& value, const std::string& key, const std::string& what) {
     if (value.empty()) {
-      report(key, fmt::format("required for {}: the path of {}", what, key == "data.labels_path" ? "the labels idx file" : "the input file"));
+      report(key, fmt::format("required for {}: the path of {}", what,
+                              key == "data.labels_path" ? "the labels idx file" : "the input file"));
       return;
     }
     if (!options_.check_files) return;
     std::string found = find_input(value);
     if (found.empty()) {
-      report(key, fmt::format("file '{}' does not exist (looked in the current directory and beside the config)", value));
+      report(key,
+             fmt::format("file '{}' does not exist (looked in the current directory and beside the config)", value));
     } else {
       value = found;
     }
@@ -664,8 +697,9 @@ class Loader {
     // Steps or epochs.
     if (c.training.epochs > 0) {
       if (is_set("training.steps") && c.training.steps > 0) {
-        report("training.epochs", fmt::format("set either training.steps ({}) or training.epochs, not both (steps at {})",
-                                              c.training.steps, where("training.steps")));
+        report("training.epochs",
+               fmt::format("set either training.steps ({}) or training.epochs, not both (steps at {})",
+                           c.training.steps, where("training.steps")));
       } else {
         c.training.steps = 0;
       }
@@ -696,22 +730,26 @@ class Loader {
       report("data.kind", fmt::format("model.kind cnn needs image data (mnist | synthetic_images), got {}", d));
     } else if (m == "mlp" && token_data) {
       report("data.kind", fmt::format("model.kind mlp needs feature data (synthetic_classification | "
-                                      "synthetic_regression | synthetic_images | mnist), got {}", d));
+                                      "synthetic_regression | synthetic_images | mnist), got {}",
+                                      d));
     }
     if (m == "gpt") {
       const GptConfig& g = c.model.gpt;
       if (g.n_embd % g.n_head != 0) {
-        report("model.gpt.n_embd", fmt::format("must be divisible by model.gpt.n_head ({}), got {}", g.n_head, g.n_embd));
+        report("model.gpt.n_embd",
+               fmt::format("must be divisible by model.gpt.n_head ({}), got {}", g.n_head, g.n_embd));
       }
       if (g.block_size > 0 && g.block_size < c.data.seq_len) {
-        report("model.gpt.block_size", fmt::format("must be >= data.seq_len ({}), got {}", c.data.seq_len, g.block_size));
+        report("model.gpt.block_size",
+               fmt::format("must be >= data.seq_len ({}), got {}", c.data.seq_len, g.block_size));
       }
       if (d == "synthetic_tokens" && g.vocab_size > 0 && g.vocab_size < c.data.vocab_size) {
         report("model.gpt.vocab_size",
                fmt::format("must be >= data.vocab_size ({}), got {}", c.data.vocab_size, g.vocab_size));
       }
       if (d == "synthetic_tokens" && c.data.num_tokens < c.data.seq_len + 1) {
-        report("data.num_tokens", fmt::format("must be > data.seq_len ({}), got {}", c.data.seq_len, c.data.num_tokens));
+        report("data.num_tokens",
+               fmt::format("must be > data.seq_len ({}), got {}", c.data.seq_len, c.data.num_tokens));
       }
     }
     if (m == "cnn" && c.model.cnn.kernel_size % 2 == 0) {
@@ -744,15 +782,16 @@ class Loader {
       std::string found = find_input(resume);
       if (found.empty()) {
         report("checkpoint.resume", fmt::format("expected auto | never | the path of an existing checkpoint; '{}' does "
-                                                "not exist", resume));
+                                                "not exist",
+                                                resume));
       } else {
         c.checkpoint.resume = found;
       }
     }
     // Schedule.
     if (c.schedule.kind == "cosine" && c.training.steps > 0 && c.schedule.warmup_steps >= c.training.steps) {
-      report("schedule.warmup_steps", fmt::format("must be below training.steps ({}), got {}", c.training.steps,
-                                                  c.schedule.warmup_steps));
+      report("schedule.warmup_steps",
+             fmt::format("must be below training.steps ({}), got {}", c.training.steps, c.schedule.warmup_steps));
     }
     if (c.schedule.kind == "cosine" && c.schedule.min_lr > c.optim.lr) {
       report("schedule.min_lr", fmt::format("must not exceed optim.lr ({}), got {}", format_number(c.optim.lr),
@@ -763,11 +802,13 @@ class Loader {
       const std::string stem = fs::path(name_).stem().string();
       c.checkpoint.dir = "runs/" + (stem.empty() || stem.front() == '<' ? std::string("default") : stem);
     }
-    if (c.logging.metrics_file.empty()) c.logging.metrics_file = (fs::path(c.checkpoint.dir) / "metrics.jsonl").string();
+    if (c.logging.metrics_file.empty())
+      c.logging.metrics_file = (fs::path(c.checkpoint.dir) / "metrics.jsonl").string();
     if (d == "synthetic_tokens" && c.data.path.empty()) {
-      c.data.path = (fs::path(c.checkpoint.dir) / "data" /
-                     fmt::format("synthetic_tokens_v{}_n{}_s{}.bin", c.data.vocab_size, c.data.num_tokens, c.training.seed))
-                        .string();
+      c.data.path =
+          (fs::path(c.checkpoint.dir) / "data" /
+           fmt::format("synthetic_tokens_v{}_n{}_s{}.bin", c.data.vocab_size, c.data.num_tokens, c.training.seed))
+              .string();
     }
   }
 

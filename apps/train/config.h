@@ -54,8 +54,8 @@ struct DataConfig {
   std::string val_path;     // tokens: validation .bin (else the last val_fraction of `path`); mnist: val images
   std::string labels_path;  // mnist: labels idx
   std::string val_labels_path;
-  double val_fraction = 0.1;  // text/tokens without val_path: the tail kept for evaluation
-  int64_t seq_len = 64;       // gpt: tokens per example
+  double val_fraction = 0.1;      // text/tokens without val_path: the tail kept for evaluation
+  int64_t seq_len = 64;           // gpt: tokens per example
   std::string window = "random";  // gpt: random | sequential
   // synthetic_*:
   int64_t num_samples = 2048;
@@ -77,8 +77,8 @@ struct DataConfig {
 struct TrainingConfig {
   int64_t steps = 200;  // optimizer steps; setting epochs (> 0) instead makes steps 0 (derived from epochs)
   int64_t epochs = 0;
-  int64_t batch_size = 32;  // per process (per GPU), per micro-batch
-  int64_t grad_accum = 1;   // micro-batches per optimizer step
+  int64_t batch_size = 32;         // per process (per GPU), per micro-batch
+  int64_t grad_accum = 1;          // micro-batches per optimizer step
   std::string precision = "fp32";  // fp32 | bf16
   int64_t seed = 0;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (auto: the local rank's GPU when there is one)
@@ -111,27 +111,27 @@ struct DistributedConfig {
   double first_bucket_mb = 1.0;
   std::string comm_dtype = "fp32";  // fp32 | bf16 (gradients communicated in bf16, accumulated in fp32)
   bool find_unused_parameters = false;
-  int64_t timeout_s = 300;  // collective/rendezvous deadline before a rank gives up
+  int64_t timeout_s = 300;    // collective/rendezvous deadline before a rank gives up
   bool debug_checks = false;  // verify before each collective that all ranks agree on (seq, op, count, dtype)
 };
 
 struct CheckpointConfig {
-  std::string dir;          // default runs/<config file stem>; also holds the resolved config and metrics
-  int64_t every = 0;        // steps between checkpoints; 0: only at the end
-  int64_t keep = 3;         // newest checkpoints kept
+  std::string dir;              // default runs/<config file stem>; also holds the resolved config and metrics
+  int64_t every = 0;            // steps between checkpoints; 0: only at the end
+  int64_t keep = 3;             // newest checkpoints kept
   std::string resume = "auto";  // auto | never | <path of a checkpoint>
 };
 
 struct LoggingConfig {
-  int64_t every = 10;        // steps between log lines
-  std::string metrics_file;  // default <checkpoint.dir>/metrics.jsonl
+  int64_t every = 10;          // steps between log lines
+  std::string metrics_file;    // default <checkpoint.dir>/metrics.jsonl
   std::string level = "info";  // debug | info | warn | error
   bool progress_bar = true;    // only when stdout is a terminal
 };
 
 struct EvalConfig {
-  int64_t every = 0;     // steps between evaluations; 0: only at the end
-  int64_t batches = 10;  // validation batches per evaluation
+  int64_t every = 0;            // steps between evaluations; 0: only at the end
+  int64_t batches = 10;         // validation batches per evaluation
   int64_t sample_tokens = 200;  // gpt: length of the text sample printed at the end; 0: none
 };
 

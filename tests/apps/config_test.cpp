@@ -1,10 +1,11 @@
+#include "config.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
 #include <filesystem>
 #include <fstream>
 
-#include "config.h"
 #include "core/cuda_runtime.h"
 #include "data/token_file.h"
 
@@ -32,14 +33,16 @@ void expect_problem(const std::string& yaml, const std::vector<std::string>& par
                     const std::vector<std::string>& overrides = {}) {
   auto problems = problems_of(yaml, overrides);
   ASSERT_EQ(problems.size(), 1u) << (problems.empty() ? "" : problems[0]);
-  for (const auto& part : parts) EXPECT_NE(problems[0].find(part), std::string::npos) << problems[0] << "\nmissing: " << part;
+  for (const auto& part : parts)
+    EXPECT_NE(problems[0].find(part), std::string::npos) << problems[0] << "\nmissing: " << part;
 }
 
 class ScratchDir {
  public:
   ScratchDir() {
     const auto* info = ::testing::UnitTest::GetInstance()->current_test_info();
-    path_ = fs::path(DPT_BINARY_DIR) / "test_tmp" / (std::string("config.") + info->name() + "." + std::to_string(::getpid()));
+    path_ = fs::path(DPT_BINARY_DIR) / "test_tmp" /
+            (std::string("config.") + info->name() + "." + std::to_string(::getpid()));
     fs::remove_all(path_);
     fs::create_directories(path_);
   }
@@ -113,7 +116,8 @@ optim:
 TEST(Config, ListOverridesReplaceTheListOrOneItem) {
   Config whole = load_config_text("", "t.yaml", {"model.mlp.hidden=[128, 32, 8]"}, kNoDevice);
   EXPECT_EQ(whole.model.mlp.hidden, (std::vector<int64_t>{128, 32, 8}));
-  Config item = load_config_text("model:\n  mlp:\n    hidden: [10, 20]\n", "t.yaml", {"model.mlp.hidden.1=99", "model.mlp.hidden.2=7"}, kNoDevice);
+  Config item = load_config_text("model:\n  mlp:\n    hidden: [10, 20]\n", "t.yaml",
+                                 {"model.mlp.hidden.1=99", "model.mlp.hidden.2=7"}, kNoDevice);
   EXPECT_EQ(item.model.mlp.hidden, (std::vector<int64_t>{10, 99, 7}));
   expect_problem("", {"override #1", "model.mlp.hidden.5", "past the end", "2 items"}, {"model.mlp.hidden.5=1"});
 }
@@ -145,7 +149,8 @@ TEST(ConfigErrors, WrongTypesSayWhatIsAllowed) {
                  {"test.yaml:2:3: training.batch_size: expected an integer >= 1, got 'abc'"});
   expect_problem("optim:\n  lr: fast\n", {"optim.lr", "expected a number in (0, 100] (finite), got 'fast'"});
   expect_problem("data:\n  shuffle: maybe\n", {"data.shuffle", "expected true or false, got 'maybe'"});
-  expect_problem("model:\n  mlp:\n    hidden: 64\n", {"model.mlp.hidden", "expected a list of integers >= 1, got '64'"});
+  expect_problem("model:\n  mlp:\n    hidden: 64\n",
+                 {"model.mlp.hidden", "expected a list of integers >= 1, got '64'"});
   expect_problem("model:\n  mlp:\n    hidden: [64, x]\n", {"model.mlp.hidden", "item 1: expected an integer, got 'x'"});
   expect_problem("training:\n  steps: {a: 1}\n", {"training.steps", "got a mapping"});
   expect_problem("training:\n  steps: 2.5\n", {"training.steps", "got '2.5'"});
@@ -172,8 +177,10 @@ TEST(ConfigErrors, InconsistentCombinations) {
   expect_problem("data:\n  num_features: 3\n", {"data.num_features", "spirals", "needs 2, got 3"});
   expect_problem("data:\n  num_samples: 10\ntraining:\n  batch_size: 64\n",
                  {"training.batch_size", "64 is larger than the dataset (data.num_samples 10)"});
-  expect_problem("schedule:\n  kind: cosine\n  warmup_steps: 500\n", {"schedule.warmup_steps", "below training.steps (200)"});
-  expect_problem("training:\n  device: cpu\ndistributed:\n  backend: nccl\n", {"distributed.backend", "nccl needs GPUs"});
+  expect_problem("schedule:\n  kind: cosine\n  warmup_steps: 500\n",
+                 {"schedule.warmup_steps", "below training.steps (200)"});
+  expect_problem("training:\n  device: cpu\ndistributed:\n  backend: nccl\n",
+                 {"distributed.backend", "nccl needs GPUs"});
 }
 
 TEST(ConfigErrors, MissingFilesAreNamed) {
@@ -200,21 +207,24 @@ TEST(ConfigErrors, EveryProblemIsReportedAtOnce) {
     EXPECT_NE(all.find("training.seed"), std::string::npos);
     EXPECT_NE(all.find("optim.kind"), std::string::npos);
     EXPECT_NE(all.find("override #1 'training.stepz=3': training.stepz: unknown key; did you mean 'training.steps'?"),
-              std::string::npos) << all;
+              std::string::npos)
+        << all;
   }
 }
 
 TEST(ConfigErrors, MalformedYamlNamesFileAndLine) {
   expect_problem("model:\n  kind: mlp\n  mlp: {hidden: [1, 2\n", {"test.yaml:", "malformed YAML"});
   expect_problem("model:\n  kind: mlp\n kind: gpt\n", {"test.yaml:3", "malformed YAML"});
-  expect_problem("training:\n  steps: 5\n  steps: 6\n", {"test.yaml:3:3: training.steps: duplicate key (first set at test.yaml:2:3)"});
+  expect_problem("training:\n  steps: 5\n  steps: 6\n",
+                 {"test.yaml:3:3: training.steps: duplicate key (first set at test.yaml:2:3)"});
 }
 
 TEST(ConfigErrors, BadOverrides) {
   expect_problem("", {"override #1 'training.steps'", "expected key.path=value"}, {"training.steps"});
   expect_problem("", {"override #1 'training.stepz=4'", "did you mean 'training.steps'?"}, {"training.stepz=4"});
   expect_problem("", {"override #1 'training=4'", "training: is a section", "steps, epochs"}, {"training=4"});
-  expect_problem("", {"override #1 'training.steps=abc'", "expected an integer >= 0, got 'abc'"}, {"training.steps=abc"});
+  expect_problem("", {"override #1 'training.steps=abc'", "expected an integer >= 0, got 'abc'"},
+                 {"training.steps=abc"});
   expect_problem("training:\n  steps: 5\n", {"'+' adds a key", "test.yaml:2:3 sets it"}, {"+training.steps=3"});
   expect_problem("", {"'a..b' is not a dotted key path"}, {"a..b=1"});
 }
@@ -227,9 +237,9 @@ TEST(ConfigErrors, CudaWithoutAGpuIsAnError) {
 }
 
 TEST(Config, ResolvedYamlLoadsBackToTheSameConfig) {
-  Config c = load_config_text("model:\n  kind: gpt\ndata:\n  kind: synthetic_tokens\n", "configs/x.yaml",
-                              {"optim.lr=0.000123", "model.gpt.dropout=0.1", "data.shuffle=false", "training.precision=bf16"},
-                              kNoDevice);
+  Config c = load_config_text(
+      "model:\n  kind: gpt\ndata:\n  kind: synthetic_tokens\n", "configs/x.yaml",
+      {"optim.lr=0.000123", "model.gpt.dropout=0.1", "data.shuffle=false", "training.precision=bf16"}, kNoDevice);
   const std::string yaml = to_yaml(c);
   EXPECT_NE(yaml.find("# Resolved dptrain config from configs/x.yaml"), std::string::npos);
   EXPECT_NE(yaml.find("--set optim.lr=0.000123"), std::string::npos);
@@ -267,7 +277,8 @@ TEST(Config, MissingConfigFileIsAClearError) {
 TEST(Config, RelativeDataPathsAreFoundBesideTheConfig) {
   ScratchDir dir;
   dir.write("corpus.txt", "hello there, general");
-  const std::string cfg = dir.write("configs/c.yaml", "model: {kind: gpt}\ndata:\n  kind: text\n  path: corpus.txt\n  seq_len: 4\n");
+  const std::string cfg =
+      dir.write("configs/c.yaml", "model: {kind: gpt}\ndata:\n  kind: text\n  path: corpus.txt\n  seq_len: 4\n");
   Config c = load_config(cfg, {}, kNoDevice);
   EXPECT_EQ(c.data.path, dir.file("corpus.txt"));
 }
@@ -275,7 +286,8 @@ TEST(Config, RelativeDataPathsAreFoundBesideTheConfig) {
 TEST(Config, ReferenceListsEveryKey) {
   const std::string ref = config_reference();
   for (const auto& key : config_keys()) EXPECT_NE(ref.find("`" + key + "`"), std::string::npos) << key;
-  EXPECT_NE(ref.find("| `distributed.bucket_cap_mb` | number | `25` | a number in (0, 65536]"), std::string::npos) << ref;
+  EXPECT_NE(ref.find("| `distributed.bucket_cap_mb` | number | `25` | a number in (0, 65536]"), std::string::npos)
+      << ref;
   EXPECT_GE(config_keys().size(), 60u);
 }
 
@@ -290,13 +302,14 @@ TEST(ShippedConfigs, EveryOneValidates) {
     const std::string path = entry.path().string();
     Config peek = load_config(path, {}, {.check_files = false, .check_device = false});
     std::vector<std::string> overrides;
-    if (peek.data.kind == "tokens") overrides = {"data.path=" + dir.file("train.bin"), "data.val_path=" + dir.file("val.bin")};
+    if (peek.data.kind == "tokens")
+      overrides = {"data.path=" + dir.file("train.bin"), "data.val_path=" + dir.file("val.bin")};
     EXPECT_NO_THROW(load_config(path, overrides, kNoDevice)) << path;
     ++count;
   }
   EXPECT_GE(count, 7);
-  for (const char* name : {"mlp_synthetic", "char_gpt", "gpt2_124m", "cnn_synthetic", "bench_gpt2_124m", "bench_mlp_92m",
-                           "bench_tiny_gpt"}) {
+  for (const char* name : {"mlp_synthetic", "char_gpt", "gpt2_124m", "cnn_synthetic", "bench_gpt2_124m",
+                           "bench_mlp_92m", "bench_tiny_gpt"}) {
     EXPECT_TRUE(fs::exists(fs::path(DPT_SOURCE_DIR) / "configs" / (std::string(name) + ".yaml"))) << name;
   }
 }

@@ -1,6 +1,7 @@
+#include "data/char_text.h"
+
 #include <gtest/gtest.h>
 
-#include "data/char_text.h"
 #include "temp_dir.h"
 
 namespace dpt::data {

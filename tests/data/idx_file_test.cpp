@@ -1,6 +1,7 @@
+#include "data/idx_file.h"
+
 #include <gtest/gtest.h>
 
-#include "data/idx_file.h"
 #include "temp_dir.h"
 
 namespace dpt::data {

@@ -1,3 +1,5 @@
+#include "data/loader.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -5,7 +7,6 @@
 
 #include "core/error.h"
 #include "core/factory.h"
-#include "data/loader.h"
 #include "data/sampler.h"
 #include "data/tensor_dataset.h"
 #include "temp_dir.h"
@@ -106,18 +107,17 @@ TEST(Loader, ResumesExactlyFromASavedPosition) {
 }
 
 TEST(Loader, BatchLargerThanTheDataIsAnError) {
-  expect_error_containing(
-      [&] { Loader l(numbered(5), std::make_shared<SequentialSampler>(5), {.batch_size = 8}); },
-      {"batch size 8", "5 examples"});
-  expect_error_containing(
-      [&] { Loader l(numbered(5), std::make_shared<SequentialSampler>(5), {.batch_size = 0}); },
-      {"batch_size must be > 0"});
+  expect_error_containing([&] { Loader l(numbered(5), std::make_shared<SequentialSampler>(5), {.batch_size = 8}); },
+                          {"batch size 8", "5 examples"});
+  expect_error_containing([&] { Loader l(numbered(5), std::make_shared<SequentialSampler>(5), {.batch_size = 0}); },
+                          {"batch_size must be > 0"});
 }
 
 // Fails for one index, like a dataset whose file went bad under it.
 class FailingDataset : public TensorDataset {
  public:
-  FailingDataset() : TensorDataset(from_vector(std::vector<float>(8, 1.0f), {8}), from_vector(std::vector<float>(8, 0.0f), {8})) {}
+  FailingDataset()
+      : TensorDataset(from_vector(std::vector<float>(8, 1.0f), {8}), from_vector(std::vector<float>(8, 0.0f), {8})) {}
   Batch get_batch(const std::vector<int64_t>& indices) const override {
     for (int64_t i : indices) DPT_CHECK(i != 6, "cannot read example {}", i);
     return TensorDataset::get_batch(indices);
@@ -135,7 +135,9 @@ TEST(Loader, ErrorsFromTheBackgroundThreadReachTheCaller) {
 TEST(Loader, CudaDeviceWithoutAGpuBuildIsAClearError) {
 #ifndef DPT_HAVE_CUDA
   expect_error_containing(
-      [&] { Loader l(numbered(4), std::make_shared<SequentialSampler>(4), {.batch_size = 2, .device = Device::cuda(0)}); },
+      [&] {
+        Loader l(numbered(4), std::make_shared<SequentialSampler>(4), {.batch_size = 2, .device = Device::cuda(0)});
+      },
       {"built without CUDA"});
 #else
   GTEST_SKIP() << "CUDA build: covered by LoaderOnGpu";

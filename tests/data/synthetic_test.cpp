@@ -1,9 +1,10 @@
+#include "data/synthetic.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
 
 #include "core/factory.h"
-#include "data/synthetic.h"
 #include "data/tensor_dataset.h"
 #include "temp_dir.h"
 
@@ -78,9 +79,11 @@ TEST(TensorDataset, GathersRowsInIndexOrder) {
   EXPECT_EQ(b.input.to_vector<float>(), (std::vector<float>{20, 21, 0, 1, 20, 21}));
   EXPECT_EQ(b.target.to_vector<int32_t>(), (std::vector<int32_t>{7, 5, 7}));
   expect_error_containing([&] { ds.get(3); }, {"index 3 is outside [0, 3)"});
-  expect_error_containing([&] { TensorDataset bad(from_vector(std::vector<float>{1, 2}, {2}),
-                                                  from_vector(std::vector<float>{1, 2, 3}, {3})); },
-                          {"2 inputs but 3 targets"});
+  expect_error_containing(
+      [&] {
+        TensorDataset bad(from_vector(std::vector<float>{1, 2}, {2}), from_vector(std::vector<float>{1, 2, 3}, {3}));
+      },
+      {"2 inputs but 3 targets"});
 }
 
 }  // namespace

@@ -49,7 +49,8 @@ void expect_error_containing(Fn&& fn, const std::vector<std::string>& parts) {
     ADD_FAILURE() << "expected an error containing '" << parts.front() << "'";
   } catch (const std::exception& e) {
     const std::string message = e.what();
-    for (const auto& part : parts) EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nmissing: " << part;
+    for (const auto& part : parts)
+      EXPECT_NE(message.find(part), std::string::npos) << "message: " << message << "\nmissing: " << part;
   }
 }
 

@@ -1,9 +1,10 @@
+#include "data/token_file.h"
+
 #include <gtest/gtest.h>
 
 #include <cstring>
 #include <numeric>
 
-#include "data/token_file.h"
 #include "data/token_windows.h"
 #include "temp_dir.h"
 
@@ -113,7 +114,8 @@ TEST(TokenFileDataset, RandomWindowsAreSeededAndInRange) {
   TempDir dir;
   const std::string path = dir.file("rand.bin");
   write_token_file(path, iota_tokens(1000));
-  TokenFileDataset a(path, 16, WindowMode::Random, 7), b(path, 16, WindowMode::Random, 7), c(path, 16, WindowMode::Random, 8);
+  TokenFileDataset a(path, 16, WindowMode::Random, 7), b(path, 16, WindowMode::Random, 7),
+      c(path, 16, WindowMode::Random, 8);
   EXPECT_EQ(a.size(), 999 / 16);
   bool any_differs = false;
   for (int64_t i = 0; i < a.size(); ++i) {

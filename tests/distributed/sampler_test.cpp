@@ -1,10 +1,11 @@
+#include "data/sampler.h"
+
 #include <gtest/gtest.h>
 
 #include <algorithm>
 #include <map>
 #include <set>
 
-#include "data/sampler.h"
 #include "distributed/sampler.h"
 
 namespace dpt::dist {
