@@ -76,13 +76,14 @@ void expect_close(const std::vector<double>& got, const std::vector<double>& wan
   }
 }
 
-// CPU vs CUDA in float32, bfloat16 and float64.
-void expect_parity(const std::string& name, const Fn& f, const Inputs& inputs) {
+// CPU vs CUDA in float32, bfloat16 and float64. `f32_rtol` is 1e-5 except where an op's float32
+// result is a difference of long sums (see SoftmaxFamily).
+void expect_parity(const std::string& name, const Fn& f, const Inputs& inputs, double f32_rtol = 1e-5) {
   struct Case {
     DType dtype;
     double rtol;
   };
-  for (Case c : {Case{DType::Float32, 1e-5}, Case{DType::BFloat16, 1e-2}, Case{DType::Float64, 1e-10}}) {
+  for (Case c : {Case{DType::Float32, f32_rtol}, Case{DType::BFloat16, 1e-2}, Case{DType::Float64, 1e-10}}) {
     SCOPED_TRACE(name + " in " + dtype_name(c.dtype));
     Result cpu = run_on(Device::cpu(), c.dtype, f, inputs);
     Result gpu = run_on(Device::cuda(0), c.dtype, f, inputs);
@@ -175,10 +176,16 @@ TEST_F(CudaParity, Matmul) {
 }
 
 TEST_F(CudaParity, SoftmaxFamily) {
+  // softmax backward is gx = p * (gy - sum(gy * p)): with rows of thousands, the float32 dot product
+  // summed in a different order (CPU: sequential, GPU: a tree) differs by ~sqrt(n) ulp, and the
+  // subtraction magnifies that relative to gx. Long rows therefore compare at 1e-4 in float32.
   for (Shape shape : {Shape{8, 37}, Shape{4, 2048}, Shape{3, 3001}, Shape{2, 3, 64}}) {
-    expect_parity("softmax " + shape_str(shape), [](const Inputs& x) { return softmax(x[0]); }, {normal(shape)});
-    expect_parity("log_softmax " + shape_str(shape), [](const Inputs& x) { return log_softmax(x[0]); },
-                  {normal(shape)});
+    const double f32_rtol = shape.back() > 1024 ? 1e-4 : 1e-5;
+    expect_parity(
+        "softmax " + shape_str(shape), [](const Inputs& x) { return softmax(x[0]); }, {normal(shape)}, f32_rtol);
+    expect_parity(
+        "log_softmax " + shape_str(shape), [](const Inputs& x) { return log_softmax(x[0]); }, {normal(shape)},
+        f32_rtol);
   }
 }
 
