@@ -14,6 +14,7 @@
 // integers, so it does not depend on the order of summation, and every element is compared exactly
 // on every rank. A wrong result marks the row FAILED and makes the exit status non-zero.
 #include <algorithm>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -176,9 +177,15 @@ class Bench {
     Row row{op, count * elem, count};
     if (chunk == 0) return row;
 
-    // Timing buffers: zeros, so repeated in-place reductions stay finite.
-    Tensor full = zeros_on_device(count);
-    Tensor part = per_rank_split ? zeros_on_device(chunk) : Tensor();
+    // Timing buffers: tiny non-zero normal numbers (never zeros, which some hardware moves or reduces
+    // faster), so that repeated in-place sums grow by at most n per run and stay finite: from 1e-36,
+    // 8 ranks allow over 80 runs before reaching float32's (and bfloat16's) range limit.
+    int runs = o_.warmup + o_.iters;
+    DPT_CHECK(runs * std::log10(static_cast<double>(n)) < 70, "{} runs on {} ranks would overflow the timing buffers; "
+              "use fewer --warmup/--iters", runs, n);
+    auto tiny = [](int64_t i) { return 1e-36 * static_cast<double>(1 + i % 7); };
+    Tensor full = pattern(count, o_.dtype, device_, tiny);
+    Tensor part = per_rank_split ? pattern(chunk, o_.dtype, device_, tiny) : Tensor();
     auto issue = [&]() -> std::shared_ptr<dist::Work> {
       if (op == "allreduce") return pg_.allreduce(full, ReduceOp::Sum);
       if (op == "broadcast") return pg_.broadcast(full, 0);
