@@ -9,8 +9,12 @@
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/cuda_kernels.h"
 #include "core/cuda/copy.h"
-#define DPT_DISPATCH(device, fn, ...) \
-  ((device).is_cuda() ? ::dpt::cuda_kernels::fn(__VA_ARGS__) : ::dpt::cpu::fn(__VA_ARGS__))
+#include "core/cuda/stream.h"
+// CUDA kernels run on the tensor's device whatever device the thread has current (like PyTorch's
+// device guard): the guard is a temporary that lives until the kernel call returns.
+#define DPT_DISPATCH(device, fn, ...)                                                          \
+  ((device).is_cuda() ? (::dpt::cuda::DeviceGuard((device).index), ::dpt::cuda_kernels::fn(__VA_ARGS__)) \
+                      : ::dpt::cpu::fn(__VA_ARGS__))
 #else
 #define DPT_DISPATCH(device, fn, ...) ::dpt::cpu::fn(__VA_ARGS__)
 #endif

@@ -227,3 +227,7 @@ int run_scaling_bench(int argc, char** argv) {
 }
 
 }  // namespace dpt::bench
+
+#include "subcommand.h"
+DPT_BENCH_SUBCOMMAND(scaling, "weak scaling at 1..N GPUs, bucket sweep, step-time model; CSV, Markdown, PNG",
+                     [](int argc, char** argv) { return dpt::bench::run_scaling_bench(argc - 1, argv + 1); });

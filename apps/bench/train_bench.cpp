@@ -225,3 +225,7 @@ int run_train_bench(int argc, char** argv) {
 }
 
 }  // namespace dpt::bench
+
+#include "subcommand.h"
+DPT_BENCH_SUBCOMMAND(train, "train a benchmark workload for N steps: tokens/s, step time, MFU, peak memory",
+                     [](int argc, char** argv) { return dpt::bench::run_train_bench(argc - 1, argv + 1); });

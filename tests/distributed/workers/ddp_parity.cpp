@@ -15,6 +15,7 @@
 #include <string>
 
 #include "core/autograd.h"
+#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -260,6 +261,7 @@ int main(int argc, char** argv) {
     s.world = pg->size();
     s.device = std::string(argv[3]) == "cuda" ? Device::cuda(dist::read_dist_env().local_rank)
                                                : Device::cpu();
+    if (s.device.is_cuda()) cuda::set_device(s.device.index);
     dist::DDPOptions o;
     bool ok = false;
     if (mode == "default") {
