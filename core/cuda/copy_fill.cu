@@ -25,6 +25,28 @@ __global__ void copy_strided_kernel(const S* __restrict__ src, D* __restrict__ d
   }
 }
 
+// The strided copy, V elements per step along a contiguous (or broadcast) innermost source dim.
+template <class S, class D, int V, class I>
+__global__ void copy_strided_vec_kernel(const S* __restrict__ src, D* __restrict__ dst, I nvec, StridedShape<1> shape,
+                                        bool src_vec) {
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I iv = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; iv < nvec; iv += stride) {
+    int64_t off[1];
+    shape.offsets(iv * V, off);
+    Vec<S, V> x;
+    if (src_vec) {
+      x = *reinterpret_cast<const Vec<S, V>*>(src + off[0]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q) x.v[q] = src[off[0]];
+    }
+    Vec<D, V> y;
+#pragma unroll
+    for (int q = 0; q < V; ++q) y.v[q] = convert<D>(x.v[q]);
+    reinterpret_cast<Vec<D, V>*>(dst)[iv] = y;
+  }
+}
+
 template <class T, int V>
 __global__ void fill_kernel(T* __restrict__ out, int64_t n, T value) {
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
@@ -72,6 +94,22 @@ void copy_strided(const Tensor& src, const Tensor& dst) {
         convert_contiguous_kernel<S, D><<<grid_for(n, device), kThreads, 0, stream>>>(ps, pd, n);
       } else {
         StridedShape<1> shape = make_strided_shape<1>(src.shape(), {&src.strides()}, "copy kernel");
+        // Permuted copies that keep the last dim (attention's head split/merge) move 16 bytes at a time.
+        constexpr int V = 16 / (sizeof(S) > sizeof(D) ? sizeof(S) : sizeof(D));
+        if (reinterpret_cast<uintptr_t>(pd) % (V * sizeof(D)) == 0 &&
+            inner_vectorizable<1>(shape, {ps}, V, sizeof(S))) {
+          const int64_t nvec = n / V;
+          const bool src_vec = shape.strides[0][shape.ndim - 1] == 1;
+          if (n < (int64_t{1} << 31)) {  // element indices fit 32 bits
+            copy_strided_vec_kernel<S, D, V, uint32_t>
+                <<<grid_for(nvec, device), kThreads, 0, stream>>>(ps, pd, static_cast<uint32_t>(nvec), shape, src_vec);
+          } else {
+            copy_strided_vec_kernel<S, D, V, int64_t>
+                <<<grid_for(nvec, device), kThreads, 0, stream>>>(ps, pd, nvec, shape, src_vec);
+          }
+          DPT_CUDA_CHECK_LAUNCH();
+          return;
+        }
         if (n < (int64_t{1} << 31)) {
           copy_strided_kernel<S, D, uint32_t>
               <<<grid_for(n, device), kThreads, 0, stream>>>(ps, pd, static_cast<uint32_t>(n), shape);

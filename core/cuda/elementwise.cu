@@ -180,6 +180,35 @@ __global__ void binary_strided_kernel(const T* __restrict__ a, const T* __restri
   }
 }
 
+// The strided walk, V output elements per step along a vectorizable innermost dim (inner_vectorizable):
+// an operand with inner stride 1 loads a vector, one with stride 0 loads a scalar and repeats it.
+template <class T, BinaryOp Op, int V, class I>
+__global__ void binary_strided_vec_kernel(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out, I nvec,
+                                          StridedShape<2> shape, bool a_vec, bool b_vec) {
+  using C = BinaryCompute<T>;
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I iv = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; iv < nvec; iv += stride) {
+    int64_t off[2];
+    shape.offsets(iv * V, off);
+    Vec<T, V> x, y, z;
+    if (a_vec) {
+      x = *reinterpret_cast<const Vec<T, V>*>(a + off[0]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q) x.v[q] = a[off[0]];
+    }
+    if (b_vec) {
+      y = *reinterpret_cast<const Vec<T, V>*>(b + off[1]);
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q) y.v[q] = b[off[1]];
+    }
+#pragma unroll
+    for (int q = 0; q < V; ++q) z.v[q] = convert<T>(apply_binary<Op>(convert<C>(x.v[q]), convert<C>(y.v[q])));
+    reinterpret_cast<Vec<T, V>*>(out)[iv] = z;
+  }
+}
+
 template <class T, BinaryOp Op>
 void launch_binary(const Tensor& a, const Tensor& b, const Tensor& out, int device) {
   const int64_t n = out.numel();
@@ -196,6 +225,21 @@ void launch_binary(const Tensor& a, const Tensor& b, const Tensor& out, int devi
     }
   } else {
     StridedShape<2> shape = make_strided_shape<2>(out.shape(), {&a.strides(), &b.strides()}, "binary kernel");
+    constexpr int V = vec_width<T>();
+    if (aligned16(po) && inner_vectorizable<2>(shape, {pa, pb}, V, sizeof(T))) {
+      // Bias adds and other broadcasts along rows: one offset computation per 16 bytes of output.
+      const int64_t nvec = n / V;
+      const bool a_vec = shape.strides[0][shape.ndim - 1] == 1, b_vec = shape.strides[1][shape.ndim - 1] == 1;
+      if (n < (int64_t{1} << 31)) {
+        binary_strided_vec_kernel<T, Op, V, uint32_t><<<grid_for(nvec, device), kThreads, 0, stream>>>(
+            pa, pb, po, static_cast<uint32_t>(nvec), shape, a_vec, b_vec);
+      } else {
+        binary_strided_vec_kernel<T, Op, V, int64_t>
+            <<<grid_for(nvec, device), kThreads, 0, stream>>>(pa, pb, po, nvec, shape, a_vec, b_vec);
+      }
+      DPT_CUDA_CHECK_LAUNCH();
+      return;
+    }
     // 32-bit index arithmetic when it fits: integer division is the cost of this kernel.
     if (n < (int64_t{1} << 31)) {
       binary_strided_kernel<T, Op, uint32_t>

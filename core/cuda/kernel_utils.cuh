@@ -201,3 +201,111 @@ class DeviceBuffer {
 };
 
 }  // namespace dpt::cuda_kernels
+
+namespace dpt::cuda_kernels {
+
+// --- rows with 16-byte vectors in their aligned middle ----------------------------------------------
+// A row that starts at an arbitrary element (e.g. row r of [rows, 50257]) is split into a scalar head
+// up to the first 16-byte boundary, V-element vectors, and a scalar tail. With V == 1 everything is
+// scalar. Threads `tid` of `nthreads` share the row; visits are in no particular order.
+
+template <int V, class T>
+__device__ __forceinline__ int64_t row_head(const T* p, int64_t n) {
+  if constexpr (V == 1) {
+    return 0;
+  } else {
+    const int64_t mis = static_cast<int64_t>((reinterpret_cast<uintptr_t>(p) / sizeof(T)) % V);
+    const int64_t head = mis == 0 ? 0 : V - mis;
+    return head < n ? head : n;
+  }
+}
+
+// f(j, p[j]) for every j in [0, n).
+template <int V, class T, class F>
+__device__ __forceinline__ void row_visit(const T* __restrict__ p, int64_t n, int tid, int nthreads, F&& f) {
+  const int64_t head = row_head<V>(p, n);
+  for (int64_t j = tid; j < head; j += nthreads) f(j, p[j]);
+  const int64_t nv = (n - head) / V;
+  const auto* pv = reinterpret_cast<const Vec<T, V>*>(p + head);
+  for (int64_t k = tid; k < nv; k += nthreads) {
+    const Vec<T, V> v = pv[k];
+#pragma unroll
+    for (int q = 0; q < V; ++q) f(head + k * V + q, v.v[q]);
+  }
+  for (int64_t j = head + nv * V + tid; j < n; j += nthreads) f(j, p[j]);
+}
+
+// out[j] = f(j, a[j]) for every j; `out` must share `a`'s alignment modulo 16 bytes (host-checked).
+template <int V, class T, class U, class F>
+__device__ __forceinline__ void row_map(const T* __restrict__ a, U* __restrict__ out, int64_t n, int tid, int nthreads,
+                                        F&& f) {
+  const int64_t head = row_head<V>(a, n);
+  for (int64_t j = tid; j < head; j += nthreads) out[j] = f(j, a[j]);
+  const int64_t nv = (n - head) / V;
+  const auto* av = reinterpret_cast<const Vec<T, V>*>(a + head);
+  auto* ov = reinterpret_cast<Vec<U, V>*>(out + head);
+  for (int64_t k = tid; k < nv; k += nthreads) {
+    const Vec<T, V> v = av[k];
+    Vec<U, V> r;
+#pragma unroll
+    for (int q = 0; q < V; ++q) r.v[q] = f(head + k * V + q, v.v[q]);
+    ov[k] = r;
+  }
+  for (int64_t j = head + nv * V + tid; j < n; j += nthreads) out[j] = f(j, a[j]);
+}
+
+// out[j] = f(j, a[j], b[j]); all three share alignment modulo 16 bytes (host-checked).
+template <int V, class T, class F>
+__device__ __forceinline__ void row_map2(const T* __restrict__ a, const T* __restrict__ b, T* __restrict__ out,
+                                         int64_t n, int tid, int nthreads, F&& f) {
+  const int64_t head = row_head<V>(a, n);
+  for (int64_t j = tid; j < head; j += nthreads) out[j] = f(j, a[j], b[j]);
+  const int64_t nv = (n - head) / V;
+  const auto* av = reinterpret_cast<const Vec<T, V>*>(a + head);
+  const auto* bv = reinterpret_cast<const Vec<T, V>*>(b + head);
+  auto* ov = reinterpret_cast<Vec<T, V>*>(out + head);
+  for (int64_t k = tid; k < nv; k += nthreads) {
+    const Vec<T, V> x = av[k], y = bv[k];
+    Vec<T, V> r;
+#pragma unroll
+    for (int q = 0; q < V; ++q) r.v[q] = f(head + k * V + q, x.v[q], y.v[q]);
+    ov[k] = r;
+  }
+  for (int64_t j = head + nv * V + tid; j < n; j += nthreads) out[j] = f(j, a[j], b[j]);
+}
+
+// True when every pointer has the same address modulo 16 bytes, so one head length fits all rows.
+inline bool same_alignment(std::initializer_list<const void*> ptrs) {
+  uintptr_t first = 0;
+  bool have = false;
+  for (const void* p : ptrs) {
+    const uintptr_t m = reinterpret_cast<uintptr_t>(p) & 15;
+    if (have && m != first) return false;
+    first = m;
+    have = true;
+  }
+  return true;
+}
+
+}  // namespace dpt::cuda_kernels
+
+namespace dpt::cuda_kernels {
+
+// f(j, a[j], b[j]) for every j; a and b share alignment modulo 16 bytes (host-checked).
+template <int V, class T, class F>
+__device__ __forceinline__ void row_visit2(const T* __restrict__ a, const T* __restrict__ b, int64_t n, int tid,
+                                           int nthreads, F&& f) {
+  const int64_t head = row_head<V>(a, n);
+  for (int64_t j = tid; j < head; j += nthreads) f(j, a[j], b[j]);
+  const int64_t nv = (n - head) / V;
+  const auto* av = reinterpret_cast<const Vec<T, V>*>(a + head);
+  const auto* bv = reinterpret_cast<const Vec<T, V>*>(b + head);
+  for (int64_t k = tid; k < nv; k += nthreads) {
+    const Vec<T, V> x = av[k], y = bv[k];
+#pragma unroll
+    for (int q = 0; q < V; ++q) f(head + k * V + q, x.v[q], y.v[q]);
+  }
+  for (int64_t j = head + nv * V + tid; j < n; j += nthreads) f(j, a[j], b[j]);
+}
+
+}  // namespace dpt::cuda_kernels

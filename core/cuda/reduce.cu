@@ -3,8 +3,8 @@
 // Accumulation is in double for floating types (int64 for integers), like the CPU kernel, and the
 // order of additions is fixed by the launch shape alone, so results are deterministic run to run.
 // Two layouts:
-//   inner == 1  rows of n contiguous elements: blocks stride along the row (coalesced), one block per
-//               (row, chunk), reduced in the block with warp shuffles;
+//   inner == 1  rows of n contiguous elements: one block per (row, chunk) reads it with 16-byte vectors
+//               (scalar head and tail), reduced in the block with warp shuffles;
 //   inner  > 1  one thread per output column (o, i) walking j with stride `inner`: neighbouring
 //               threads read neighbouring addresses, so every load is coalesced.
 // When there are too few rows/columns to fill the GPU, the reduced dim is split into chunks; each
@@ -94,13 +94,15 @@ __global__ void __launch_bounds__(512)
   const T* x = in + row * n;
   if constexpr (Op == ReduceOp::Sum) {
     A acc = 0;
-    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) acc += convert<A>(x[j]);
+    row_visit<vec_width<T>()>(x + begin, end - begin, threadIdx.x, blockDim.x,
+                              [&](int64_t, T v) { acc += convert<A>(v); });
     acc = block_sum_acc(acc, sv);
     if (threadIdx.x == 0) store_result<T, Op>(row, chunk, chunks, acc, 0, out, indices, part_v, part_i);
   } else {
     A best = 0;
     int64_t best_j = -1;
-    for (int64_t j = begin + threadIdx.x; j < end; j += blockDim.x) combine_max(best, best_j, convert<A>(x[j]), j);
+    row_visit<vec_width<T>()>(x + begin, end - begin, threadIdx.x, blockDim.x,
+                              [&](int64_t j, T v) { combine_max(best, best_j, convert<A>(v), begin + j); });
     block_max_pair(best, best_j, sv, si);
     if (threadIdx.x == 0) store_result<T, Op>(row, chunk, chunks, best, best_j, out, indices, part_v, part_i);
   }

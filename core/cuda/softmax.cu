@@ -2,7 +2,7 @@
 // bfloat16 and float32 inputs (float64 for float64), as on the CPU. Forward reads each row twice: one
 // pass for the online (max, sum exp) pair, one to write; backward reads twice: one dot product
 // (sum(gy * y), or sum(gy) for the log form), one to write. Rows of up to 1024 elements get one warp
-// each, longer rows one block each; loads are 16-byte vectors when rows are aligned.
+// each, longer rows one block each; loads are 16-byte vectors between a scalar head and tail.
 #include <algorithm>
 
 #include "core/cuda/cuda_kernels.h"
@@ -19,27 +19,17 @@ __global__ void __launch_bounds__(1024)
   __shared__ C scratch_m[32], scratch_s[32];
   const RowSlot<WarpRow> slot;
   if (slot.row >= rows) return;  // whole warps only (warp rows); block rows never take this branch
-  const auto* x = reinterpret_cast<const Vec<T, V>*>(in + slot.row * n);
-  auto* y = reinterpret_cast<Vec<T, V>*>(out + slot.row * n);
-  const int64_t nv = n / V;
+  const T* x = in + slot.row * n;
+  T* y = out + slot.row * n;
   C m = neg_inf<C>(), s = 0;
-  for (int64_t j = slot.tid; j < nv; j += slot.nthreads) {
-    Vec<T, V> v = x[j];
-#pragma unroll
-    for (int k = 0; k < V; ++k) online_add(m, s, convert<C>(v.v[k]));
-  }
+  row_visit<V>(x, n, slot.tid, slot.nthreads, [&](int64_t, T v) { online_add(m, s, convert<C>(v)); });
   row_online<WarpRow>(m, s, scratch_m, scratch_s);
   const C lse = m + fast_log(s);
   const C inv = C(1) / s;
-  for (int64_t j = slot.tid; j < nv; j += slot.nthreads) {
-    Vec<T, V> v = x[j], r;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const C c = convert<C>(v.v[k]);
-      r.v[k] = convert<T>(Log ? c - lse : fast_exp(c - m) * inv);
-    }
-    y[j] = r;
-  }
+  row_map<V>(x, y, n, slot.tid, slot.nthreads, [&](int64_t, T v) {
+    const C c = convert<C>(v);
+    return convert<T>(Log ? c - lse : fast_exp(c - m) * inv);
+  });
 }
 
 template <class T, int V, bool WarpRow, bool Log>
@@ -50,35 +40,30 @@ __global__ void __launch_bounds__(1024)
   __shared__ C scratch[32];
   const RowSlot<WarpRow> slot;
   if (slot.row >= rows) return;
-  const auto* gy = reinterpret_cast<const Vec<T, V>*>(grad_out + slot.row * n);
-  const auto* y = reinterpret_cast<const Vec<T, V>*>(out + slot.row * n);
-  auto* gx = reinterpret_cast<Vec<T, V>*>(grad_in + slot.row * n);
-  const int64_t nv = n / V;
+  const T* gy = grad_out + slot.row * n;
+  const T* y = out + slot.row * n;
+  T* gx = grad_in + slot.row * n;
   C dot = 0;
-  for (int64_t j = slot.tid; j < nv; j += slot.nthreads) {
-    Vec<T, V> g = gy[j], p;
-    if constexpr (!Log) p = y[j];
-#pragma unroll
-    for (int k = 0; k < V; ++k) dot += Log ? convert<C>(g.v[k]) : convert<C>(g.v[k]) * convert<C>(p.v[k]);
+  if constexpr (Log) {
+    row_visit<V>(gy, n, slot.tid, slot.nthreads, [&](int64_t, T g) { dot += convert<C>(g); });
+  } else {
+    row_visit2<V>(gy, y, n, slot.tid, slot.nthreads, [&](int64_t, T g, T p) { dot += convert<C>(g) * convert<C>(p); });
   }
   dot = row_sum<WarpRow>(dot, scratch);
-  for (int64_t j = slot.tid; j < nv; j += slot.nthreads) {
-    Vec<T, V> g = gy[j], p = y[j], r;
-#pragma unroll
-    for (int k = 0; k < V; ++k) {
-      const C gc = convert<C>(g.v[k]), pc = convert<C>(p.v[k]);
-      // log form: y = log p, gx = gy - p * sum(gy); plain form: gx = p * (gy - sum(gy * p)).
-      r.v[k] = convert<T>(Log ? gc - fast_exp(pc) * dot : pc * (gc - dot));
-    }
-    gx[j] = r;
-  }
+  // log form: y = log p, gx = gy - p * sum(gy); plain form: gx = p * (gy - sum(gy * p)).
+  row_map2<V>(gy, y, gx, n, slot.tid, slot.nthreads, [&](int64_t, T g, T p) {
+    const C gc = convert<C>(g), pc = convert<C>(p);
+    return convert<T>(Log ? gc - fast_exp(pc) * dot : pc * (gc - dot));
+  });
 }
 
 // Picks vector width and row layout, then launches `kernel<T, V, WarpRow, Log>`.
 template <class T, bool Log, bool Backward>
 void launch_rows(const void* a, const void* b, void* out, int64_t rows, int64_t n, int device) {
   constexpr int kV = vec_width<T>();
-  const bool vec = n % kV == 0 && aligned16(a) && aligned16(out) && (b == nullptr || aligned16(b));
+  // Vectors need every operand's rows to start at the same offset from a 16-byte boundary; rows of any
+  // length then use them between a scalar head and tail.
+  const bool vec = same_alignment({a, out, b ? b : a});
   const bool warp_row = n <= kWarpRowMax;
   cudaStream_t stream = cuda::current_stream(device);
   auto go = [&](auto v_tag, auto warp_tag) {
@@ -86,7 +71,8 @@ void launch_rows(const void* a, const void* b, void* out, int64_t rows, int64_t 
     constexpr bool W = decltype(warp_tag)::value;
     const unsigned grid =
         W ? static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock) : static_cast<unsigned>(rows);
-    const int threads = W ? 32 * kWarpRowsPerBlock : std::min(row_threads(n, V), 1024);
+    // Block rows: at most 256 threads, so each thread has several vectors in flight per pass.
+    const int threads = W ? 32 * kWarpRowsPerBlock : std::min(row_threads(n, V), 256);
     if constexpr (Backward) {
       softmax_backward_kernel<T, V, W, Log><<<grid, threads, 0, stream>>>(
           static_cast<const T*>(a), static_cast<const T*>(b), static_cast<T*>(out), rows, n);

@@ -72,4 +72,23 @@ StridedShape<N> make_strided_shape(const Shape& shape, const std::array<const Sh
   return s;
 }
 
+// Whether the innermost dim can move V elements at a time: its size is a multiple of V, and every
+// input either walks it contiguously (stride 1, with 16-byte aligned rows: base pointer aligned and
+// every outer stride a multiple of V) or broadcasts along it (stride 0).
+template <int N>
+bool inner_vectorizable(const StridedShape<N>& s, const std::array<const void*, N>& ptrs, int v, int elem_bytes) {
+  if (s.ndim == 0 || s.sizes[s.ndim - 1] % v != 0) return false;
+  for (int k = 0; k < N; ++k) {
+    const int64_t inner = s.strides[k][s.ndim - 1];
+    if (inner == 0) continue;
+    if (inner != 1 || reinterpret_cast<uintptr_t>(ptrs[k]) % (static_cast<uintptr_t>(v) * elem_bytes) != 0) {
+      return false;
+    }
+    for (int d = 0; d + 1 < s.ndim; ++d) {
+      if (s.strides[k][d] % v != 0) return false;
+    }
+  }
+  return true;
+}
+
 }  // namespace dpt::cuda_kernels

@@ -205,6 +205,12 @@ TEST_F(CudaParity, ShapeOps) {
                 },
                 {normal({4, 6})});
   expect_parity("slice", [](const Inputs& x) { return slice(x[0], 1, 2, 5); }, {normal({4, 6})});
+  // Head split/merge as in attention: a permute that keeps the last dim, then a contiguous copy.
+  expect_parity("permute keeping the last dim",
+                [](const Inputs& x) {
+                  return exp(permute(x[0], {0, 2, 1, 3}));
+                },
+                {normal({2, 5, 3, 16})});
 }
 
 TEST_F(CudaParity, EmbeddingAndLosses) {
@@ -276,6 +282,7 @@ TEST(CudaCopies, ConversionsFillsAndRangesMatchTheCpu) {
   Generator gen(11);
   const Device gpu = Device::cuda(0);
   Tensor base = mul(randn({5, 7, 3}, gen, TensorOptions{}.with_dtype(DType::Float64)), 40.0);
+  Tensor rows = mul(randn({4, 6, 16}, gen, TensorOptions{}.with_dtype(DType::Float64)), 40.0);
   const std::vector<DType> all{DType::Float32, DType::BFloat16, DType::Float64, DType::Int32, DType::Int64};
   for (DType from : all) {
     Tensor src_cpu = base.to(from);
@@ -287,6 +294,10 @@ TEST(CudaCopies, ConversionsFillsAndRangesMatchTheCpu) {
       // Strided source: the copy kernel walks a permuted view.
       EXPECT_EQ(src_gpu.permute({2, 0, 1}).to(to).to_vector<double>(),
                 src_cpu.permute({2, 0, 1}).to(to).to_vector<double>());
+      // A permute that keeps the last dim: the vectorised strided copy.
+      Tensor rows_cpu = rows.to(from);
+      EXPECT_EQ(rows_cpu.to(gpu).permute({1, 0, 2}).to(to).to_vector<double>(),
+                rows_cpu.permute({1, 0, 2}).to(to).to_vector<double>());
     }
     TensorOptions o = TensorOptions{}.with_dtype(from);
     EXPECT_EQ(full({1001}, -2.5, o.with_device(gpu)).to_vector<double>(), full({1001}, -2.5, o).to_vector<double>());
