@@ -160,14 +160,36 @@ class NcclBackend : public Backend {
                 bytes.size(), sizeof(id));
       std::memcpy(&id, bytes.data(), sizeof(id));
     }
+    // Setup is non-blocking: a peer that never joins costs a clear error after the timeout, not a hang.
     ncclConfig_t config = NCCL_CONFIG_INITIALIZER;
-    config.blocking = 0;  // calls return at once; we poll with our own deadline
-    DPT_NCCL_CHECK(ncclCommInitRankConfig(&comm_, size_, id, rank_, &config));
+    config.blocking = 0;
+    DPT_NCCL_CHECK(ncclCommInitRankConfig(&setup_comm_, size_, id, rank_, &config));
+    comm_ = setup_comm_;  // for wait_ready
     try {
       wait_ready(Clock::now() + timeout_, fmt::format("communicator setup of rank {} of {} on cuda:{}", rank_, size_,
                                                        device_));
     } catch (...) {
+      ncclCommAbort(setup_comm_);
+      throw;
+    }
+    // Operations go through a blocking child of that communicator. On a non-blocking communicator NCCL
+    // launches every group from a newly created thread (and returns ncclInProgress), which costs tens of
+    // microseconds per collective; a blocking one enqueues on the caller's thread. Failures after setup
+    // are the watchdog's business, and ncclCommAbort works on blocking communicators as well.
+    ncclConfig_t op_config = NCCL_CONFIG_INITIALIZER;
+    op_config.blocking = 1;
+    ncclComm_t op_comm = nullptr;
+    ncclResult_t split = ncclCommSplit(setup_comm_, 0, rank_, &op_comm, &op_config);
+    if (split != ncclSuccess && split != ncclInProgress) {
+      ncclCommAbort(setup_comm_);
+      fail_nccl(split, setup_comm_, "ncclCommSplit", __FILE__, __LINE__);
+    }
+    comm_ = op_comm;
+    try {
+      wait_ready(Clock::now() + timeout_, fmt::format("communicator split of rank {} of {}", rank_, size_));
+    } catch (...) {
       ncclCommAbort(comm_);
+      ncclCommAbort(setup_comm_);
       throw;
     }
     int least = 0, greatest = 0;
@@ -193,6 +215,7 @@ class NcclBackend : public Backend {
         ncclCommAbort(comm_);
       }
     }
+    ncclCommAbort(setup_comm_);  // idle since the split; abort releases it without waiting on peers
     pending_.clear();
     ready_.reset();
     cudaStreamDestroy(comm_stream_);
@@ -418,7 +441,8 @@ class NcclBackend : public Backend {
   int device_ = 0;
   Milliseconds timeout_;
   std::shared_ptr<CommState> state_;
-  ncclComm_t comm_ = nullptr;
+  ncclComm_t setup_comm_ = nullptr;  // non-blocking, used only to create comm_
+  ncclComm_t comm_ = nullptr;        // blocking, every operation
   cudaStream_t comm_stream_ = nullptr;
   std::atomic<bool> aborted_{false};
 

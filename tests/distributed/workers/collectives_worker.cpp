@@ -99,8 +99,13 @@ void check_collectives(ProcessGroup& pg) {
         works.push_back(pg.allreduce(tensors.back(), op));
       }
       for (size_t k = 0; k < ops.size(); ++k) {
-        works[k]->wait();
-        DPT_CHECK(works[k]->is_completed(), "is_completed() false after wait()");
+        // CPU: wait() blocks the host. CUDA: wait() only orders the current stream; synchronize() blocks.
+        if (g_device.is_cpu()) {
+          works[k]->wait();
+        } else {
+          works[k]->synchronize();
+        }
+        DPT_CHECK(works[k]->is_completed(), "is_completed() false after the host waited");
         std::vector<double> e;
         switch (ops[k]) {
           case ReduceOp::Sum: e = expect([&](double b) { return b * tri; }); break;
