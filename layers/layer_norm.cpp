@@ -1,7 +1,7 @@
 #include "layers/layer_norm.h"
 
 #include "core/error.h"
-#include "core/ops.h"
+#include "core/ops_norm.h"
 
 namespace dpt::nn {
 
@@ -14,15 +14,9 @@ LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
 Tensor LayerNorm::forward(const Tensor& x) {
   DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(0), "LayerNorm: expected input [..., {}], found {}",
             weight.size(0), shape_str(x.shape()));
-  // Composed from ops (autograd for free); a fused kernel can replace this body later.
-  const bool low_precision = x.dtype() == DType::BFloat16;
-  Tensor h = low_precision ? x.to(DType::Float32) : x;
-  Tensor w = low_precision ? weight.to(DType::Float32) : weight;
-  Tensor b = low_precision ? bias.to(DType::Float32) : bias;
-  Tensor centered = h - mean(h, -1, true);
-  Tensor var = mean(centered * centered, -1, true);
-  Tensor y = centered * pow(var + eps_, -0.5) * w + b;
-  return low_precision ? y.to(DType::BFloat16) : y;
+  // One fused op (core/ops_norm.h): statistics in float32 for bf16 input, one read and one write of x
+  // forward, deterministic weight/bias gradients.
+  return layer_norm(x, weight, bias, eps_);
 }
 
 }  // namespace dpt::nn

@@ -1,0 +1,110 @@
+// Fused layer_norm: float64 finite-difference gradients, agreement with the composed definition, and
+// CPU-vs-CUDA parity (forward and all three gradients) in float32 and bfloat16.
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "core/ops_norm.h"
+#include "gradcheck.h"
+
+using namespace dpt;
+
+namespace {
+
+Tensor composed_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, double eps) {
+  Tensor centered = x - mean(x, -1, true);
+  Tensor var = mean(centered * centered, -1, true);
+  return centered * pow(var + eps, -0.5) * w + b;
+}
+
+double max_relative(const Tensor& a, const Tensor& b) {
+  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double num = 0, den = 0;
+  for (size_t i = 0; i < va.size(); ++i) {
+    num = std::max(num, std::abs(va[i] - vb[i]));
+    den = std::max(den, std::abs(vb[i]));
+  }
+  return num / std::max(den, 1e-30);
+}
+
+}  // namespace
+
+TEST(LayerNormOp, GradientsMatchFiniteDifferencesInFloat64) {
+  Generator gen(7);
+  TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64);
+  Tensor x = randn({3, 2, 5}, gen, f64);
+  Tensor w = randn({5}, gen, f64);
+  Tensor b = randn({5}, gen, f64);
+  expect_gradients_match([](const std::vector<Tensor>& in) { return layer_norm(in[0], in[1], in[2], 1e-5); },
+                         {x, w, b}, 1e-6);
+}
+
+TEST(LayerNormOp, MatchesTheComposedDefinitionForwardAndBackward) {
+  Generator gen(8);
+  TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64).with_requires_grad(true);
+  Tensor x = randn({6, 33}, gen, f64), w = randn({33}, gen, f64), b = randn({33}, gen, f64);
+  Tensor x2 = x.detach().clone().requires_grad_(), w2 = w.detach().clone().requires_grad_(),
+         b2 = b.detach().clone().requires_grad_();
+  Tensor g = randn({6, 33}, gen, TensorOptions{}.with_dtype(DType::Float64));
+  Tensor fused = layer_norm(x, w, b, 1e-5);
+  Tensor reference = composed_layer_norm(x2, w2, b2, 1e-5);
+  EXPECT_LT(max_relative(fused, reference), 1e-12);
+  fused.backward(g);
+  reference.backward(g);
+  EXPECT_LT(max_relative(x.grad(), x2.grad()), 1e-10);
+  EXPECT_LT(max_relative(w.grad(), w2.grad()), 1e-10);
+  EXPECT_LT(max_relative(b.grad(), b2.grad()), 1e-10);
+}
+
+TEST(LayerNormOp, RowsHaveMeanZeroAndVarianceOne) {
+  Generator gen(9);
+  Tensor x = randn({4, 64}, gen, TensorOptions{}, 3.0, 5.0);
+  Tensor y = layer_norm(x, ones({64}), zeros({64}), 1e-5);
+  auto m = mean(y, -1).to_vector<double>();
+  auto v = mean(y * y, -1).to_vector<double>();
+  for (size_t r = 0; r < m.size(); ++r) {
+    EXPECT_NEAR(m[r], 0.0, 1e-5);
+    EXPECT_NEAR(v[r], 1.0, 1e-3);
+  }
+}
+
+TEST(LayerNormOp, ShapeMismatchNamesBothShapes) {
+  try {
+    layer_norm(zeros({2, 4}), ones({3}), zeros({3}));
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("[2, 4]"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find("[3]"), std::string::npos) << e.what();
+  }
+}
+
+TEST(CudaLayerNorm, MatchesCpuForwardAndBackwardInFloat32AndBfloat16) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  // Rows of 768 (GPT-2) and an odd width; 70 rows span several backward chunks and a partial one.
+  for (int64_t n : {768, 37}) {
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      Generator gen(11 + n);
+      TensorOptions opts = TensorOptions{}.with_dtype(dtype);
+      Tensor x = randn({70, n}, gen, opts), w = randn({n}, gen, opts), b = randn({n}, gen, opts);
+      Tensor g = randn({70, n}, gen, opts);
+      auto run = [&](Device d) {
+        Tensor xd = x.to(d).requires_grad_(), wd = w.to(d).requires_grad_(), bd = b.to(d).requires_grad_();
+        Tensor y = layer_norm(xd, wd, bd, 1e-5);
+        y.backward(g.to(d));
+        return std::vector<Tensor>{y.to(Device::cpu()), xd.grad().to(Device::cpu()), wd.grad().to(Device::cpu()),
+                                   bd.grad().to(Device::cpu())};
+      };
+      auto cpu = run(Device::cpu());
+      auto gpu = run(Device::cuda(0));
+      double tol = dtype == DType::Float32 ? 1e-5 : 1e-2;
+      const char* names[] = {"y", "grad x", "grad weight", "grad bias"};
+      for (size_t i = 0; i < cpu.size(); ++i) {
+        EXPECT_LT(max_relative(gpu[i], cpu[i]), tol) << names[i] << " n=" << n << " " << dtype_name(dtype);
+      }
+    }
+  }
+}
