@@ -15,10 +15,16 @@
 #include <gloo/rendezvous/context.h>
 #include <gloo/transport/tcp/device.h>
 
+#include <cctype>
+#include <csignal>
 #include <cstring>
 #include <deque>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
+#include <set>
+#include <sstream>
 #include <thread>
 
 #include "core/bfloat16.h"
@@ -70,6 +76,14 @@ ReduceFn reduce_fn(ReduceOp op) {
   return nullptr;
 }
 
+// Gloo writes to its sockets without MSG_NOSIGNAL, so a peer that dies mid-collective would kill this
+// process with SIGPIPE (no message, exit 141) instead of failing the collective with EPIPE. Ignore
+// SIGPIPE as Python (and so PyTorch) does, unless the program installed its own handler.
+void ignore_sigpipe_if_default() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) == 0 && current.sa_handler == SIG_DFL) ::signal(SIGPIPE, SIG_IGN);
+}
+
 // Calls f(T{}) with T the C++ type of `dtype`.
 template <class F>
 void dispatch(DType dtype, F&& f) {
@@ -100,15 +114,17 @@ void divide(void* data, DType dtype, size_t n, int size) {
 class GlooBackend : public Backend {
  public:
   GlooBackend(std::shared_ptr<Store> store, int rank, int size, const BackendOptions& options)
-      : rank_(rank), size_(size), timeout_(options.timeout) {
+      : store_(store), rank_(rank), size_(size), timeout_(options.timeout) {
     gloo::transport::tcp::attr attr;
     attr.hostname = options.local_host.empty() ? "127.0.0.1" : options.local_host;
+    ignore_sigpipe_if_default();
     try {
       device_ = gloo::transport::tcp::CreateDevice(attr);
       context_ = std::make_shared<gloo::rendezvous::Context>(rank, size);
       context_->setTimeout(options.timeout);
       GlooStore gloo_store(store);
       context_->connectFullMesh(gloo_store, device_);
+      learn_peer_addresses(*store);
     } catch (const std::exception& e) {
       DPT_FAIL("Gloo: rank {} of {} could not connect to its peers (listening on {}, rendezvous through {}): {}",
                rank, size, attr.hostname, store->describe(), e.what());
@@ -221,6 +237,111 @@ class GlooBackend : public Backend {
 
   uint32_t next_tag() { return tag_++; }  // worker thread only
 
+  // Gloo's socket errors name the peer by the address of the connection's far end ("Read error
+  // [10.0.0.2]:41234: Connection reset by peer"), not by rank, and this Gloo keeps a pair's own socket
+  // address private. So once every pair is connected (one byte each way on every pair: the accepting
+  // end finishes asynchronously), each rank publishes the local addresses of all its TCP sockets, read
+  // from the kernel; any far end named in an error is then one of some rank's local addresses.
+  void learn_peer_addresses(Store& store) {
+    constexpr uint64_t kSettleSlot = uint64_t{1} << 40;  // above every user tag, below Gloo's slot prefixes
+    std::vector<char> out(static_cast<size_t>(size_), 1), in(static_cast<size_t>(size_), 0);
+    std::vector<std::unique_ptr<gloo::transport::UnboundBuffer>> sends, recvs;
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      sends.push_back(context_->createUnboundBuffer(&out[static_cast<size_t>(peer)], 1));
+      sends.back()->send(peer, kSettleSlot);
+      recvs.push_back(context_->createUnboundBuffer(&in[static_cast<size_t>(peer)], 1));
+      recvs.back()->recv(peer, kSettleSlot);
+    }
+    for (auto& b : sends) b->waitSend(timeout_);
+    for (auto& b : recvs) b->waitRecv(timeout_);
+    std::string mine;
+    for (const auto& address : local_tcp_addresses()) mine += address + "\n";
+    store.set("dpt_gloo_addresses/" + std::to_string(rank_), mine);
+    for (int peer = 0; peer < size_; ++peer) {
+      if (peer == rank_) continue;
+      std::string theirs = store.get("dpt_gloo_addresses/" + std::to_string(peer));
+      for (size_t begin = 0, end; (end = theirs.find('\n', begin)) != std::string::npos; begin = end + 1) {
+        peer_addresses_.emplace_back(theirs.substr(begin, end - begin), peer);
+      }
+    }
+  }
+
+  // "[127.0.0.1]:41234" for every IPv4 TCP socket this process holds (Linux /proc), each also as this
+  // Gloo prints it: its Address::str() shows the port in network byte order ("[127.0.0.1]:12960").
+  static std::vector<std::string> local_tcp_addresses() {
+    std::set<std::string> inodes;
+    std::error_code ec;
+    for (const auto& fd : std::filesystem::directory_iterator("/proc/self/fd", ec)) {
+      std::string target = std::filesystem::read_symlink(fd.path(), ec).string();
+      if (!ec && target.rfind("socket:[", 0) == 0) inodes.insert(target.substr(8, target.size() - 9));
+    }
+    std::vector<std::string> out;
+    std::ifstream table("/proc/self/net/tcp");
+    std::string line;
+    std::getline(table, line);  // header
+    while (std::getline(table, line)) {
+      std::istringstream fields(line);
+      std::string slot, local, remote, state, queues, timer, retransmits, uid, timeout, inode;
+      fields >> slot >> local >> remote >> state >> queues >> timer >> retransmits >> uid >> timeout >> inode;
+      auto colon = local.find(':');
+      if (!inodes.count(inode) || colon != 8) continue;
+      uint32_t ip = static_cast<uint32_t>(std::stoul(local.substr(0, 8), nullptr, 16));  // host byte order
+      unsigned port = static_cast<unsigned>(std::stoul(local.substr(9), nullptr, 16));
+      std::string host = fmt::format("[{}.{}.{}.{}]:", ip & 0xff, (ip >> 8) & 0xff, (ip >> 16) & 0xff, ip >> 24);
+      out.push_back(host + std::to_string(port));
+      out.push_back(host + std::to_string(((port & 0xff) << 8) | (port >> 8)));
+    }
+    return out;
+  }
+
+  // What a failure message can add about the peer behind it. Gloo names the broken connection's address;
+  // we name its rank. Survivors fail one after another (a rank that lost the dead peer exits, and its
+  // neighbours then lose *it*), so each failing rank records in the store whom it lost, and a rank
+  // whose peer had failed first passes on that peer's finding: every survivor names the rank that
+  // really went away. When the store is unreachable, its host, rank 0, is gone too.
+  std::string explain_failure(const std::string& what) {
+    int peer = -1;
+    std::string address;
+    for (const auto& [a, r] : peer_addresses_) {
+      auto at = what.find(a);
+      bool whole = at != std::string::npos && (at + a.size() == what.size() || !std::isdigit(what[at + a.size()]));
+      if (whole) {
+        peer = r;
+        address = a;
+        break;
+      }
+    }
+    std::string text;
+    if (peer >= 0) {
+      text = fmt::format("; the peer is rank {} ({}): rank {} has exited or been killed, or the network to it failed",
+                         peer, address, peer);
+    }
+    try {
+      std::string key = "dpt_gloo_failed/";
+      store_->set(key + std::to_string(rank_), std::to_string(peer));
+      // Whom did a rank that failed before us lose? Our peer if we know it, else any rank that reports
+      // within a second (a survivor that saw the death fails within milliseconds).
+      auto give_up = std::chrono::steady_clock::now() + std::chrono::seconds(peer >= 0 ? 0 : 1);
+      do {
+        for (int q = 0; q < size_; ++q) {
+          if (q == rank_ || (peer >= 0 && q != peer) || !store_->check({key + std::to_string(q)})) continue;
+          int lost = std::stoi(store_->get(key + std::to_string(q)));
+          if (lost < 0 || lost == rank_) continue;
+          text = peer >= 0 ? fmt::format("; the peer is rank {} ({}), which had failed first after losing rank {}: ",
+                                         peer, address, lost)
+                           : fmt::format("; rank {} failed too after losing rank {}: ", q, lost);
+          text += fmt::format("rank {} has exited or been killed, or the network to it failed", lost);
+          return text;
+        }
+        if (peer < 0) std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      } while (std::chrono::steady_clock::now() < give_up);
+    } catch (const std::exception&) {
+      text += "; the rendezvous store is unreachable as well: rank 0, which hosts it, has exited or been killed";
+    }
+    return text;
+  }
+
   void reduce_in_place(void* data, DType dtype, size_t n, ReduceOp op) {
     if (n == 0) return;
     dispatch(dtype, [&](auto type_tag) {
@@ -290,8 +411,8 @@ class GlooBackend : public Backend {
         task.fn();
         task.work->finish();
       } catch (const std::exception& e) {
-        std::string message = fmt::format("Gloo {} failed (timeout {} ms): {}", task.desc.description,
-                                          timeout_.count(), e.what());
+        std::string message = fmt::format("Gloo {} failed (timeout {} ms): {}{}", task.desc.description,
+                                          timeout_.count(), e.what(), explain_failure(e.what()));
         {
           std::lock_guard<std::mutex> lock(mutex_);
           if (first_error_.empty()) first_error_ = message;
@@ -301,12 +422,14 @@ class GlooBackend : public Backend {
     }
   }
 
+  std::shared_ptr<Store> store_;  // rendezvous, then failure reports (explain_failure)
   int rank_;
   int size_;
   Milliseconds timeout_;
   std::shared_ptr<gloo::transport::Device> device_;
   std::shared_ptr<gloo::rendezvous::Context> context_;
   uint32_t tag_ = 0;
+  std::vector<std::pair<std::string, int>> peer_addresses_;  // a peer's pair address -> its rank
 
   std::mutex mutex_;  // guards the queues, stopping_ and first_error_
   std::condition_variable cv_;

@@ -1,0 +1,132 @@
+// Worker of the reliability tests (tests/reliability/*_test.cpp), started by dpt-run on every rank:
+//
+//   dpt_test_fault_worker [--steps N] [--step-ms MS] [--timeout-ms MS] [--die-rank R] [--die-step S]
+//                         [--die-how kill|exit|hang] [--die-before-join]
+//
+// Trains a small MLP with DistributedDataParallel on Gloo (CPU) for N steps, printing "step K" on each
+// rank after each step, sleeping MS between steps so a test can act mid-run. Rank R (if given) dies at
+// step S: SIGKILL on itself (kill), exit(0) (exit) or a stall (hang). --die-before-join makes rank R die
+// right after the process group's store exists but before the other ranks have joined (rank 0: the
+// store's host vanishes under the others). Deaths happen on the first attempt only (DPT_RESTART_COUNT
+// 0), so a group restarted by dpt-run --max-restarts runs to the end.
+//
+// Every survivor must leave with an error, never hang: on any exception the worker prints
+// "error: <message>" to stderr and exits 1; a run that finishes prints "finished" and a parameter
+// checksum, and exits 0.
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "distributed/ddp.h"
+#include "distributed/process_group.h"
+#include "distributed/store.h"
+#include "layers/losses.h"
+#include "layers/mlp.h"
+#include "optim/adam.h"
+
+using namespace dpt;
+using namespace std::chrono_literals;
+
+namespace {
+
+struct Args {
+  int steps = 10;
+  int step_ms = 0;
+  int timeout_ms = 3000;
+  int die_rank = -1;
+  int die_step = -1;
+  std::string die_how = "kill";
+  bool die_before_join = false;
+};
+
+Args parse(int argc, char** argv) {
+  Args a;
+  for (int i = 1; i < argc; ++i) {
+    std::string k = argv[i];
+    auto next = [&]() -> std::string {
+      DPT_CHECK(i + 1 < argc, "{} needs a value", k);
+      return argv[++i];
+    };
+    if (k == "--steps") a.steps = std::stoi(next());
+    else if (k == "--step-ms") a.step_ms = std::stoi(next());
+    else if (k == "--timeout-ms") a.timeout_ms = std::stoi(next());
+    else if (k == "--die-rank") a.die_rank = std::stoi(next());
+    else if (k == "--die-step") a.die_step = std::stoi(next());
+    else if (k == "--die-how") a.die_how = next();
+    else if (k == "--die-before-join") a.die_before_join = true;
+    else DPT_FAIL("unknown argument '{}'", k);
+  }
+  return a;
+}
+
+void say(const std::string& text) {
+  std::printf("%s\n", text.c_str());
+  std::fflush(stdout);
+}
+
+void die(const Args& a, const dist::ProcessGroup* pg) {
+  say("dying (" + a.die_how + ")");
+  if (a.die_how == "kill") ::raise(SIGKILL);
+  if (a.die_how == "exit") std::_Exit(0);
+  // hang: alive (its sockets stay open) but never takes part again; dpt-run or the test stops it.
+  while (true) std::this_thread::sleep_for(1s);
+}
+
+int run(const Args& a) {
+  auto env = dist::read_dist_env();
+  dist::ProcessGroupOptions options;
+  options.backend = "gloo";
+  options.timeout = std::chrono::milliseconds(a.timeout_ms);
+  options.store_timeout = std::chrono::milliseconds(a.timeout_ms);
+  bool dies_here = env.rank == a.die_rank && env.restart_count == 0;
+  if (a.die_before_join && dies_here) {
+    if (env.rank == 0) {
+      // Host the store (the others connect to it), then vanish before the group forms.
+      dist::TcpStore store(env.master_addr, env.master_port, true, 0, env.world_size,
+                           std::chrono::milliseconds(a.timeout_ms));
+      std::this_thread::sleep_for(500ms);
+    }
+    die(a, nullptr);
+  }
+  auto pg = dist::init_process_group(env, options);
+  Generator gen(7);
+  auto model = std::make_shared<nn::MLP>(std::vector<int64_t>{16, 32, 32, 4}, "relu", gen);
+  optim::AdamOptions o;
+  o.lr = 1e-2;
+  optim::AdamW opt(model->named_parameters(), o);
+  dist::DistributedDataParallel ddp(model, pg);
+  for (int step = 0; step < a.steps; ++step) {
+    if (dies_here && step == a.die_step) die(a, pg.get());
+    Generator data(100 + static_cast<uint64_t>(step) * 31 + static_cast<uint64_t>(env.rank));
+    Tensor x = randn({8, 16}, data);
+    Tensor y = randint({8}, 0, 4, data, TensorOptions{}.with_dtype(DType::Int64));
+    opt.zero_grad();
+    Tensor loss = nn::cross_entropy_loss(ddp.forward(x), y);
+    loss.backward();
+    opt.step();
+    say("step " + std::to_string(step));
+    if (a.step_ms > 0) std::this_thread::sleep_for(std::chrono::milliseconds(a.step_ms));
+  }
+  double checksum = 0;
+  for (const auto& [name, p] : model->named_parameters()) checksum += sum(p).item();
+  std::printf("finished; checksum %.9g\n", checksum);
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    return run(parse(argc, argv));
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "error: %s\n", e.what());
+    return 1;
+  }
+}
