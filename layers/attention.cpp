@@ -5,10 +5,9 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/ops.h"
+#include "core/ops_attention.h"
 
 namespace dpt::nn {
-
-inline constexpr double kMaskValue = -1e9;
 
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& gen)
     : n_embd_(n_embd), n_head_(n_head), dropout_(dropout), gen_(&gen) {
@@ -16,19 +15,6 @@ CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double 
             n_embd, n_head);
   qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, true, gen));
   proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, true, gen));
-}
-
-Tensor CausalSelfAttention::causal_mask(int64_t t, const TensorOptions& options) {
-  auto key = std::make_tuple(t, static_cast<int>(options.dtype), static_cast<int>(options.device.kind),
-                             options.device.index);
-  auto it = masks_.find(key);
-  if (it != masks_.end()) return it->second;
-  std::vector<float> values(static_cast<size_t>(t * t), 0.0f);
-  for (int64_t i = 0; i < t; ++i)
-    for (int64_t j = i + 1; j < t; ++j) values[static_cast<size_t>(i * t + j)] = static_cast<float>(kMaskValue);
-  Tensor mask = from_vector(values, {t, t}, TensorOptions{}.with_dtype(options.dtype).with_device(options.device));
-  masks_[key] = mask;
-  return mask;
 }
 
 Tensor CausalSelfAttention::forward(const Tensor& x) {
@@ -39,9 +25,8 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   std::vector<Tensor> parts = split(qkv->forward(x), {n_embd_, n_embd_, n_embd_}, 2);
   auto heads = [&](const Tensor& p) { return p.reshape({b, t, h, d}).permute({0, 2, 1, 3}); };
   Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-  // 2. Scaled scores with the causal mask broadcast over batch and heads: [B, H, T, T].
-  Tensor scores = matmul(q, k, false, true) * (1.0 / std::sqrt(static_cast<double>(d)));
-  Tensor att = softmax(scores + causal_mask(t, scores.options()));
+  // 2. Scores [B, H, T, T] and the fused scale + causal mask + softmax (core/ops_attention.h).
+  Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(d)));
   att = dropout(att, dropout_, is_training(), *gen_);
   // 3. Weighted values, heads merged back: [B, H, T, D] -> [B, T, C].
   Tensor y = matmul(att, v).permute({0, 2, 1, 3}).reshape({b, t, n_embd_});

@@ -5,8 +5,6 @@
 //   y = att v -> [B, T, C] -> proj
 // The mask is added rather than applied by selection so the whole layer is built from ops; -1e9 is
 // exactly zero after softmax in float32 and bfloat16.
-#include <map>
-#include <tuple>
 
 #include "layers/dropout.h"
 #include "layers/linear.h"
@@ -23,12 +21,10 @@ class CausalSelfAttention : public Module {
   std::shared_ptr<Linear> proj;
 
  private:
-  Tensor causal_mask(int64_t t, const TensorOptions& options);  // [T, T], cached per (T, dtype, device)
 
   int64_t n_embd_, n_head_;
   double dropout_;
   Generator* gen_;
-  std::map<std::tuple<int64_t, int, int, int>, Tensor> masks_;
 };
 
 }  // namespace dpt::nn
