@@ -159,6 +159,8 @@ std::vector<Field> build_schema() {
   DPT_KEY(Int, "checkpoint.keep", checkpoint.keep, .min = 1, .max = 1000, .help = "newest checkpoints kept");
   DPT_KEY(String, "checkpoint.resume", checkpoint.resume,
           .help = "auto (newest valid checkpoint in dir) | never | path of a checkpoint");
+  DPT_KEY(Bool, "checkpoint.enabled", checkpoint.enabled,
+          .help = "false: save no checkpoints and resume from none (benchmark runs)");
 
   DPT_KEY(Int, "logging.every", logging.every, .min = 1, .help = "steps between log lines");
   DPT_KEY(String, "logging.metrics_file", logging.metrics_file, .help = "JSONL metrics; default <dir>/metrics.jsonl");
@@ -499,7 +501,15 @@ class Loader {
     YAML::Node root;
     bool parsed = true;
     try {
-      root = YAML::Load(yaml);
+      // LoadAll: YAML::Load would silently ignore every document after the first.
+      std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
+      if (documents.size() > 1) {
+        problems_.push_back(fmt::format("{}: holds {} YAML documents (separated by '---'); a config is one document",
+                                        name_, documents.size()));
+        parsed = false;
+      } else if (documents.size() == 1) {
+        root = documents[0];
+      }
     } catch (const YAML::ParserException& e) {
       problems_.push_back(
           fmt::format("{}:{}:{}: malformed YAML: {}", name_, e.mark.line + 1, e.mark.column + 1, e.msg));
