@@ -184,9 +184,26 @@ class NcclBackend : public Backend {
       ncclCommAbort(setup_comm_);
       fail_nccl(split, setup_comm_, "ncclCommSplit", __FILE__, __LINE__);
     }
+    // The split of a non-blocking parent runs on an NCCL thread, which fills in op_comm when it has
+    // created the child; until then only the parent can be asked how it goes.
+    auto split_deadline = Clock::now() + timeout_;
+    while (std::atomic_ref<ncclComm_t>(op_comm).load(std::memory_order_acquire) == nullptr) {
+      ncclResult_t async = ncclSuccess;
+      ncclCommGetAsyncError(setup_comm_, &async);
+      if (async != ncclSuccess && async != ncclInProgress) {
+        ncclCommAbort(setup_comm_);
+        fail_nccl(async, setup_comm_, "ncclCommSplit (asynchronous part)", __FILE__, __LINE__);
+      }
+      if (Clock::now() >= split_deadline) {
+        ncclCommAbort(setup_comm_);
+        DPT_FAIL("NCCL communicator split of rank {} of {} did not complete within {} ms", rank_, size_,
+                 timeout_.count());
+      }
+      std::this_thread::sleep_for(std::chrono::microseconds(100));
+    }
     comm_ = op_comm;
     try {
-      wait_ready(Clock::now() + timeout_, fmt::format("communicator split of rank {} of {}", rank_, size_));
+      wait_ready(split_deadline, fmt::format("communicator split of rank {} of {}", rank_, size_));
     } catch (...) {
       ncclCommAbort(comm_);
       ncclCommAbort(setup_comm_);

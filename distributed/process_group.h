@@ -55,6 +55,9 @@ class ProcessGroup {
   std::shared_ptr<Work> allgather(const Tensor& output, const Tensor& input);
   // input.numel() == size() * output.numel(); output = reduction over ranks of input block rank().
   std::shared_ptr<Work> reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op = ReduceOp::Sum);
+  // Point-to-point. Gloo posts both at once, in any order. NCCL runs them in issue order on the
+  // communication stream (the tag is unused), so two peers must not both send first (as with
+  // blocking MPI): let one side receive first.
   std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag = 0);
   std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0);
   // On the CPU backend unless options.backend is "nccl"; wait() blocks the host either way.

@@ -157,10 +157,18 @@ void check_collectives(ProcessGroup& pg) {
       }
       if (w > 1) {
         // A ring: send to the next rank, receive from the previous one; both posted before either wait.
+        // Odd ranks receive first: on NCCL a send and a recv issued separately run one after the other on
+        // the communication stream, so every rank sending first would deadlock (as blocking MPI would).
         Tensor out = make(rank_input(r, n), dtype);
         Tensor in = empty_on_device(n, dtype);
-        auto s = pg.send(out, (r + 1) % w, 3);
-        auto q = pg.recv(in, (r + w - 1) % w, 3);
+        std::shared_ptr<Work> s, q;
+        if (r % 2 == 0) {
+          s = pg.send(out, (r + 1) % w, 3);
+          q = pg.recv(in, (r + w - 1) % w, 3);
+        } else {
+          q = pg.recv(in, (r + w - 1) % w, 3);
+          s = pg.send(out, (r + 1) % w, 3);
+        }
         s->wait();
         q->wait();
         expect_equal(in, rank_input((r + w - 1) % w, n), "send/recv ring " + tag);
