@@ -120,6 +120,7 @@ struct CheckpointConfig {
   int64_t every = 0;            // steps between checkpoints; 0: only at the end
   int64_t keep = 3;             // newest checkpoints kept
   std::string resume = "auto";  // auto | never | <path of a checkpoint>
+  bool enabled = true;          // false: neither save nor resume (benchmarks)
 };
 
 struct LoggingConfig {

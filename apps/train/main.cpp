@@ -1,14 +1,22 @@
-// dpt-train: YAML-configured training. This first version validates a config and prints it resolved;
-// the training loop joins it next.
-//   dpt-train --config configs/mlp_synthetic.yaml [--set key.path=value ...] [--print-config]
-//   dpt-train --config-reference
+// dpt-train: trains the model a YAML config describes, on the CPU, one GPU, or one process per GPU
+// under dpt-run (or srun / mpirun).
+//   dpt-train --config configs/mlp_synthetic.yaml [--set key.path=value ...]
+//   dpt-train --config FILE --print-config     (the resolved config, every key)
+//   dpt-train --config-reference               (every key, its type, default and meaning)
+// Exit codes: 0 done; 1 error (one message on stderr, nothing overwritten); 2 usage; 128 + signal when
+// SIGINT/SIGTERM stopped the run after a checkpoint.
+#include <spdlog/spdlog.h>
+
 #include <cstdio>
-#include <cstring>
+#include <cstdlib>
 #include <iostream>
 #include <string>
 #include <vector>
 
 #include "config.h"
+#include "distributed/env.h"
+#include "stop_signal.h"
+#include "trainer.h"
 
 namespace {
 
@@ -18,6 +26,16 @@ int usage(const char* program, int code) {
                "       %s --config-reference   (every key, its type, default and meaning)\n",
                program, program);
   return code;
+}
+
+// Rank 0 logs at the configured level; the others only warnings and errors. Every line names the rank
+// when there are several.
+void setup_logging(const dpt::train::Config& config, const dpt::dist::DistEnv& env) {
+  const std::string rank = env.world_size > 1 ? fmt::format(" rank {}", env.rank) : "";
+  spdlog::set_pattern(fmt::format("[%H:%M:%S{}] %^%v%$", rank));
+  spdlog::level::level_enum level = spdlog::level::from_str(config.logging.level);
+  if (env.rank != 0 && level < spdlog::level::warn) level = spdlog::level::warn;
+  spdlog::set_level(level);
 }
 
 }  // namespace
@@ -58,17 +76,22 @@ int main(int argc, char** argv) {
     }
   }
   if (config_path.empty()) return usage(argv[0], 2);
+  int rank = 0;
   try {
     dpt::train::Config config = dpt::train::load_config(config_path, overrides);
     if (print_config) {
       std::cout << dpt::train::to_yaml(config);
       return 0;
     }
-    std::fprintf(stderr, "dpt-train: %s is valid; the training loop is not part of this build yet\n",
-                 config_path.c_str());
-    return 3;
+    const dpt::dist::DistEnv env = dpt::dist::read_dist_env();
+    rank = env.rank;
+    setup_logging(config, env);
+    dpt::train::install_stop_handlers();
+    dpt::train::Trainer trainer(std::move(config));
+    return trainer.run();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dpt-train: %s\n", e.what());
+    std::fflush(stdout);
+    std::fprintf(stderr, "dpt-train%s: error: %s\n", rank > 0 ? fmt::format(" (rank {})", rank).c_str() : "", e.what());
     return 1;
   }
 }

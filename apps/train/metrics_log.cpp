@@ -1,0 +1,121 @@
+#include "metrics_log.h"
+
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "core/error.h"
+
+namespace dpt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+std::string number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+
+// The "step" of a JSONL record, or -1 when it has none.
+int64_t step_of(const std::string& line) {
+  const std::string key = "\"step\": ";
+  auto pos = line.find(key);
+  if (pos == std::string::npos) return -1;
+  try {
+    return std::stoll(line.substr(pos + key.size()));
+  } catch (const std::exception&) {
+    return -1;
+  }
+}
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+}  // namespace
+
+MetricsLog::MetricsLog(const std::string& path, int64_t keep_through_step) : path_(path) {
+  const fs::path p(path);
+  if (p.has_parent_path()) fs::create_directories(p.parent_path());
+  std::string kept;
+  if (keep_through_step > 0 && fs::exists(p)) {
+    std::ifstream in(path);
+    for (std::string line; std::getline(in, line);) {
+      if (!line.empty() && step_of(line) <= keep_through_step) kept += line + "\n";
+    }
+  }
+  file_ = std::fopen(path.c_str(), "w");
+  DPT_CHECK(file_ != nullptr, "cannot write the metrics file '{}' (logging.metrics_file)", path);
+  std::fputs(kept.c_str(), file_);
+  std::fflush(file_);
+}
+
+MetricsLog::~MetricsLog() {
+  if (file_) std::fclose(file_);
+}
+
+void MetricsLog::write_line(const std::string& line) {
+  std::fputs(line.c_str(), file_);
+  std::fputc('\n', file_);
+  std::fflush(file_);  // a reader (plot, test, tail -f) sees every record as soon as it is logged
+}
+
+void MetricsLog::train(const TrainRecord& r) {
+  write_line(fmt::format(
+      "{{\"type\": \"train\", \"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
+      "\"step_ms\": {:.3f}, \"throughput\": {:.1f}, \"throughput_per_gpu\": {:.1f}, "
+      "\"unit\": \"{}\", \"mfu\": {}, \"elapsed_s\": {:.3f}, \"skipped\": {}}}",
+      r.step, number(r.loss), number(r.lr), number(r.grad_norm), r.step_ms, r.throughput, r.throughput_per_gpu, r.unit,
+      r.mfu < 0 ? "null" : fmt::format("{:.4f}", r.mfu), r.elapsed_s, r.skipped ? "true" : "false"));
+}
+
+void MetricsLog::eval(int64_t step, double val_loss) {
+  write_line(fmt::format("{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}}}", step, number(val_loss)));
+}
+
+std::string human_count(double v) {
+  if (v >= 1e9) return fmt::format("{:.2f}G", v / 1e9);
+  if (v >= 1e6) return fmt::format("{:.2f}M", v / 1e6);
+  if (v >= 1e3) return fmt::format("{:.2f}k", v / 1e3);
+  return fmt::format("{:.1f}", v);
+}
+
+std::string human_duration(double s) {
+  if (!std::isfinite(s) || s < 0) return "?";
+  const auto total = static_cast<int64_t>(std::llround(s));
+  if (total >= 3600) return fmt::format("{}h{:02d}m", total / 3600, (total % 3600) / 60);
+  if (total >= 60) return fmt::format("{}m{:02d}s", total / 60, total % 60);
+  return fmt::format("{}s", total);
+}
+
+bool stdout_is_terminal() { return ::isatty(STDOUT_FILENO) == 1; }
+
+ProgressBar::ProgressBar(bool enabled, int64_t total) : enabled_(enabled), total_(total) {}
+
+void ProgressBar::update(int64_t step, double loss) {
+  if (!enabled_) return;
+  const double now = now_seconds();
+  if (step != total_ && now - last_draw_ < 0.1) return;  // at most ten redraws a second
+  last_draw_ = now;
+  constexpr int kWidth = 30;
+  const int filled = total_ > 0 ? static_cast<int>(kWidth * step / total_) : kWidth;
+  std::string bar(static_cast<size_t>(filled), '=');
+  if (filled < kWidth) bar += '>' + std::string(static_cast<size_t>(kWidth - filled - 1), ' ');
+  std::fprintf(stdout, "\r[%s] %lld/%lld  loss %.4f\033[K", bar.c_str(), static_cast<long long>(step),
+               static_cast<long long>(total_), loss);
+  std::fflush(stdout);
+  drawn_ = true;
+}
+
+void ProgressBar::clear() {
+  if (!enabled_ || !drawn_) return;
+  std::fputs("\r\033[K", stdout);
+  std::fflush(stdout);
+  drawn_ = false;
+}
+
+void ProgressBar::finish() { clear(); }
+
+}  // namespace dpt::train

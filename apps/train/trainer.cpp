@@ -1,0 +1,275 @@
+// The training loop. One optimizer step, as the code below follows it:
+//   1. the learning rate for this step (a pure function of the step: resuming needs nothing else)
+//   2. grad_accum micro-batches: forward, backward of loss / grad_accum; DDP averages gradients
+//      across ranks during the LAST backward only (no_sync() on the others)
+//   3. gradients to the float32 masters (mixed precision), global norm, clipping
+//   4. the ranks agree on the step's outcome: mean loss, whether any rank saw a non-finite loss or
+//      norm, whether any rank was asked to stop — so every rank takes the same branch below
+//   5. the update (or, when non-finite, no update), masters back to the model, gradients zeroed
+//   6. logging, evaluation and checkpoints at their intervals
+#include "trainer.h"
+
+#include <spdlog/spdlog.h>
+
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <filesystem>
+#include <set>
+
+#include "checkpointing.h"
+#include "core/autograd.h"
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/ops.h"
+#include "layers/flops.h"
+#include "layers/gpt.h"
+#include "optim/grad_clip.h"
+#include "stop_signal.h"
+#include "text_sample.h"
+
+namespace dpt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+double now_seconds() {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
+}
+
+bool every(int64_t step, int64_t interval) { return interval > 0 && step % interval == 0; }
+
+}  // namespace
+
+std::vector<double> Trainer::sum_over_ranks(const std::vector<double>& values) {
+  if (!group_) return values;
+  Tensor t = from_vector(values, {static_cast<int64_t>(values.size())},
+                         TensorOptions{}.with_dtype(DType::Float64).with_device(device_));
+  group_->allreduce(t, dist::ReduceOp::Sum)->wait();
+  return t.to_vector<double>();
+}
+
+Trainer::StepResult Trainer::train_step(int64_t step) {
+  nn::Module& module = *model_->module();
+  const int64_t accum = config_.training.grad_accum;
+  // 1. Learning rate.
+  optimizer_->set_lr(schedule_->lr(step));
+  // 2. Micro-batches. The loss of each is kept on the device (no host sync until step 3).
+  Tensor loss_sum;
+  for (int64_t micro = 0; micro < accum; ++micro) {
+    data::Batch batch = train_loader_->next();
+    std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
+    if (ddp_ && micro + 1 < accum) no_sync.emplace(*ddp_);
+    Tensor loss = model_->loss(batch, compute_);
+    (accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss).backward();
+    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+  }
+  // 3. Masters, norm, clipping (a non-finite norm is returned unclipped).
+  mixed_->grads_to_master();
+  const NamedTensors& masters = mixed_->master_params();
+  const double clip = config_.training.grad_clip;
+  StepResult r;
+  if (clip > 0) {
+    r.grad_norm = optim::clip_grad_norm(masters, clip);
+  } else {
+    std::vector<Tensor> tensors;
+    for (const auto& [name, t] : masters) tensors.push_back(t);
+    r.grad_norm = optim::grad_norm(tensors);
+  }
+  const double local_loss = loss_sum.item() / static_cast<double>(accum);
+  // 4. Agreement across ranks.
+  const bool bad = !std::isfinite(local_loss) || !std::isfinite(r.grad_norm);
+  std::vector<double> agreed = sum_over_ranks({local_loss, bad ? 1.0 : 0.0, stop_signal() != 0 ? 1.0 : 0.0});
+  r.loss = agreed[0] / env_.world_size;
+  r.skipped = agreed[1] > 0;
+  if (agreed[2] > 0) r.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
+  // 5. Update.
+  if (!r.skipped) {
+    optimizer_->step();
+    mixed_->masters_to_model();
+  }
+  optimizer_->zero_grad();
+  module.zero_grad();
+  return r;
+}
+
+double Trainer::evaluate() {
+  if (!val_loader_ || eval_batches_ == 0) return std::nan("");
+  nn::Module& module = *model_->module();
+  NoGradGuard no_grad;
+  module.eval();
+  val_loader_->set_position({0, 0});  // the same validation batches every time
+  Tensor sum;
+  for (int64_t i = 0; i < eval_batches_; ++i) {
+    Tensor loss = model_->loss(val_loader_->next(), compute_);
+    sum = sum.defined() ? sum + loss : loss;
+  }
+  module.train();
+  const double local = sum.item() / static_cast<double>(eval_batches_);
+  return sum_over_ranks({local})[0] / env_.world_size;
+}
+
+std::string Trainer::save(int64_t step) {
+  std::string path;
+  if (is_main()) {
+    // Float32 masters (the true weights under mixed precision) and the persistent buffers.
+    NamedTensors state = mixed_->master_params();
+    std::set<std::string> params;
+    for (const auto& [name, t] : model_->module()->named_parameters()) params.insert(name);
+    for (const auto& [name, t] : model_->module()->state_dict())
+      if (!params.count(name)) state.emplace_back(name, t);
+    optim::TrainingState ts;
+    ts.step = step;
+    ts.rng_seed = static_cast<uint64_t>(config_.training.seed);
+    ts.rng_offset = gen_.offset();
+    const data::LoaderPosition pos = train_loader_->position();
+    ts.extra = {{"train.world_size", std::to_string(env_.world_size)},
+                {"train.loader_epoch", std::to_string(pos.epoch)},
+                {"train.loader_batch", std::to_string(pos.batch)},
+                {"train.bad_steps", std::to_string(bad_steps_)},
+                {"train.total_steps", std::to_string(total_steps_)},
+                {"train.batch_size", std::to_string(config_.training.batch_size)},
+                {"train.grad_accum", std::to_string(config_.training.grad_accum)},
+                {"train.model", model_->description()},
+                {"train.config_file", config_.source_file}};
+    path = save_run_checkpoint(config_.checkpoint.dir, state, optimizer_.get(), ts, config_.checkpoint.keep);
+    progress_->clear();
+    spdlog::info("step {}: checkpoint {}", step, path);
+  }
+  // Nobody runs ahead (or exits) while rank 0 is still writing.
+  if (group_) group_->barrier()->wait();
+  return path;
+}
+
+void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
+  if (!is_main()) return;
+  if (step > start_step_ + 1) {  // the first step of a process warms caches up: not counted for the ETA
+    train_seconds_ += step_seconds;
+    ++timed_steps_;
+  }
+  progress_->update(step, r.loss);
+  const bool due = step == start_step_ + 1 || every(step, config_.logging.every) || step == total_steps_ || r.skipped;
+  if (!due) return;
+  const double units =
+      static_cast<double>(config_.training.batch_size * config_.training.grad_accum * model_->units_per_example());
+  TrainRecord rec;
+  rec.step = step;
+  rec.loss = r.loss;
+  rec.lr = optimizer_->lr();
+  rec.grad_norm = r.grad_norm;
+  rec.step_ms = step_seconds * 1e3;
+  rec.throughput_per_gpu = units / step_seconds;
+  rec.throughput = rec.throughput_per_gpu * env_.world_size;
+  rec.unit = std::string(model_->unit()) + "/s";
+  if (device_.is_cuda() && model_->flops_per_unit() > 0) {
+    const std::string name = cuda::device_name(device_.index);
+    rec.mfu = model_->flops_per_unit() * rec.throughput_per_gpu / (nn::peak_bf16_tflops(name.c_str()) * 1e12);
+  }
+  rec.elapsed_s = now_seconds() - start_time_;
+  rec.skipped = r.skipped;
+  metrics_->train(rec);
+  const double per_step = timed_steps_ > 0 ? train_seconds_ / static_cast<double>(timed_steps_) : step_seconds;
+  const int width = static_cast<int>(std::to_string(total_steps_).size());
+  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.3f} | {} {} ({} per GPU)",
+                                 step, width, total_steps_, r.loss, rec.lr, r.grad_norm, human_count(rec.throughput),
+                                 rec.unit, human_count(rec.throughput_per_gpu));
+  if (rec.mfu >= 0) line += fmt::format(" | MFU {:.1f}%", rec.mfu * 100);
+  line += fmt::format(" | {:.1f} ms/step | ETA {}", rec.step_ms,
+                      human_duration(per_step * static_cast<double>(total_steps_ - step)));
+  progress_->clear();
+  spdlog::info("{}", line);
+}
+
+void Trainer::print_sample() {
+  if (!is_main() || !model_->is_gpt() || config_.eval.sample_tokens <= 0) return;
+  int32_t start = 0;
+  if (data_.vocab && data_.vocab->chars().find('\n') != std::string::npos) start = data_.vocab->encode('\n');
+  auto& gpt = static_cast<nn::GPT&>(*model_->module());
+  std::vector<int32_t> ids =
+      sample_tokens(gpt, start, config_.eval.sample_tokens, static_cast<uint64_t>(config_.training.seed));
+  spdlog::info("sample ({} tokens{}):\n{}", ids.size(), data_.vocab ? "" : ", as ids", render_tokens(ids, data_.vocab));
+}
+
+int Trainer::run() {
+  start_time_ = now_seconds();
+  // Setup, in dependency order; nothing is written to the run directory until it has all succeeded.
+  setup_device();
+  setup_data();
+  setup_model();
+  resume_or_start();
+  setup_optimizer();
+  open_run_dir();
+
+  const std::string device_text =
+      device_.is_cuda() ? fmt::format("{} ({})", device_.str(), cuda::device_name(device_.index)) : "cpu";
+  spdlog::info("model   {}", model_->description());
+  spdlog::info("data    {}: {} training / {} validation examples", data_.train->describe(), data_.train->size(),
+               data_.val ? data_.val->size() : 0);
+  spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}", total_steps_,
+               config_.training.grad_accum, config_.training.batch_size, model_->is_gpt() ? "sequences" : "examples",
+               env_.world_size, device_text, config_.training.precision,
+               env_.world_size > 1 ? fmt::format(", {} via {}", group_->backend_name(device_), env_.source) : "");
+  spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
+               config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");
+  if (start_step_ > 0) spdlog::info("resuming from {} at step {}", resume_path_, start_step_);
+  if (start_step_ >= total_steps_) {
+    spdlog::info(
+        "training already finished: step {} of {} is done. To train again, use a new directory "
+        "(--set checkpoint.dir=...) or --set checkpoint.resume=never",
+        start_step_, total_steps_);
+    return 0;
+  }
+
+  model_->module()->train();
+  const bool checkpoints = config_.checkpoint.enabled;
+  for (int64_t step = start_step_; step < total_steps_;) {
+    const double t0 = now_seconds();
+    const StepResult r = train_step(step);
+    ++step;  // steps completed
+    log_step(step, r, now_seconds() - t0);
+    if (r.skipped) {
+      ++bad_steps_;
+      if (is_main()) progress_->clear();
+      if (is_main())
+        spdlog::warn("step {}: non-finite {} (loss {}, grad norm {}): update skipped ({} of at most {})", step,
+                     std::isfinite(r.loss) ? "gradient norm" : "loss", r.loss, r.grad_norm, bad_steps_,
+                     config_.training.max_bad_steps);
+      DPT_CHECK(bad_steps_ <= config_.training.max_bad_steps,
+                "stopping: {} non-finite steps exceed training.max_bad_steps ({}). Lower optim.lr, enable "
+                "training.grad_clip, or check the data; the newest checkpoint in {} is untouched",
+                bad_steps_, config_.training.max_bad_steps, config_.checkpoint.dir);
+    }
+    if (r.stop_signal != 0) {
+      const std::string path = checkpoints ? save(step) : "";
+      if (is_main()) {
+        spdlog::warn("stopped by {} after step {}{}", r.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step,
+                     checkpoints ? "; run the same command again to resume from " + path : "");
+      }
+      return 128 + r.stop_signal;
+    }
+    if (step < total_steps_ && every(step, config_.eval.every)) {
+      const double val = evaluate();
+      if (is_main() && std::isfinite(val)) {
+        metrics_->eval(step, val);
+        progress_->clear();
+        spdlog::info("step {}: validation loss {:.4f}", step, val);
+      }
+    }
+    if (checkpoints && step < total_steps_ && every(step, config_.checkpoint.every)) save(step);
+  }
+  if (progress_) progress_->finish();
+
+  // The end: evaluation, the final checkpoint, a text sample for language models.
+  const double val = evaluate();
+  if (is_main() && std::isfinite(val)) {
+    metrics_->eval(total_steps_, val);
+    spdlog::info("validation loss {:.4f} after {} steps", val, total_steps_);
+  }
+  if (checkpoints) save(total_steps_);
+  print_sample();
+  if (is_main()) spdlog::info("done in {:.1f} s", now_seconds() - start_time_);
+  return 0;
+}
+
+}  // namespace dpt::train

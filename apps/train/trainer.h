@@ -1,0 +1,91 @@
+#pragma once
+// Trainer: runs one training job described by a Config, on one process of a (possibly one-process)
+// data-parallel job. Setup resolves the device (the local rank's GPU when there is one, else the CPU),
+// joins the process group when WORLD_SIZE > 1, builds data, model, mixed precision, optimizer, LR
+// schedule and DDP, and resumes from a checkpoint; run() is the numbered training loop.
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "config.h"
+#include "core/factory.h"
+#include "data/loader.h"
+#include "data_factory.h"
+#include "distributed/ddp.h"
+#include "distributed/env.h"
+#include "distributed/process_group.h"
+#include "metrics_log.h"
+#include "model_factory.h"
+#include "optim/checkpoint.h"
+#include "optim/lr_schedule.h"
+#include "optim/mixed_precision.h"
+#include "optim/optimizer.h"
+
+namespace dpt::train {
+
+class Trainer {
+ public:
+  explicit Trainer(Config config);
+  ~Trainer();
+
+  // Trains to the last step. Returns the process exit code: 0 when done, 128 + signal when stopped by
+  // SIGINT/SIGTERM after writing a checkpoint. Errors (including too many non-finite steps) throw.
+  int run();
+
+ private:
+  // --- setup (trainer_setup.cpp) ---
+  void setup_device();
+  void setup_data();
+  void setup_model();
+  void resume_or_start();  // picks the checkpoint, loads weights (fp32, before mixed precision)
+  void setup_optimizer();  // mixed precision, optimizer (+ its checkpointed state), schedule, DDP
+  void open_run_dir();     // resolved config and metrics; only once nothing can fail any more
+
+  // --- the loop's pieces (trainer.cpp) ---
+  struct StepResult {
+    double loss = 0;       // mean over micro-batches and ranks
+    double grad_norm = 0;  // before clipping
+    bool skipped = false;  // non-finite: no update
+    int stop_signal = 0;   // some rank was asked to stop
+  };
+  StepResult train_step(int64_t step);
+  double evaluate();
+  std::string save(int64_t step);
+  void log_step(int64_t step, const StepResult& r, double step_seconds);
+  void print_sample();
+  // Element-wise sum over ranks of a few host numbers (identity for one process).
+  std::vector<double> sum_over_ranks(const std::vector<double>& values);
+  bool is_main() const { return env_.rank == 0; }
+
+  Config config_;
+  dist::DistEnv env_;
+  Device device_ = Device::cpu();
+  DType compute_ = DType::Float32;
+  std::shared_ptr<dist::ProcessGroup> group_;
+
+  DataBundle data_;
+  std::unique_ptr<data::Loader> train_loader_;
+  std::unique_ptr<data::Loader> val_loader_;
+  int64_t eval_batches_ = 0;
+  int64_t total_steps_ = 0;
+
+  Generator gen_;  // model init, then dropout (the model keeps a pointer to it)
+  std::unique_ptr<Model> model_;
+  std::optional<optim::Checkpoint> resume_from_;
+  std::string resume_path_;
+  std::unique_ptr<optim::MixedPrecision> mixed_;
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  std::unique_ptr<optim::LrSchedule> schedule_;
+  std::unique_ptr<dist::DistributedDataParallel> ddp_;
+
+  int64_t start_step_ = 0;
+  int64_t bad_steps_ = 0;
+  std::unique_ptr<MetricsLog> metrics_;
+  std::unique_ptr<ProgressBar> progress_;
+  double train_seconds_ = 0;  // time spent in steps since start (for ETA)
+  int64_t timed_steps_ = 0;
+  double start_time_ = 0;
+};
+
+}  // namespace dpt::train

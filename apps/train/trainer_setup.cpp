@@ -1,0 +1,234 @@
+// Trainer setup: device and process group, data, model, resume, optimizer, run directory. The order
+// matters where noted; everything that can fail on a bad config or checkpoint happens before the run
+// directory is touched, so a failed start overwrites nothing.
+#include <spdlog/spdlog.h>
+
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <set>
+
+#include "checkpointing.h"
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "distributed/sampler.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+#include "trainer.h"
+
+namespace dpt::train {
+
+namespace fs = std::filesystem;
+
+namespace {
+
+// Each rank draws its own dropout masks: the same seed would give every rank the same mask pattern.
+// Rank 0 keeps the plain seed, so one process trains exactly like rank 0 of a larger job.
+uint64_t dropout_seed(int64_t seed, int rank) {
+  return static_cast<uint64_t>(seed) + static_cast<uint64_t>(rank) * 0x9E3779B97F4A7C15ull;
+}
+
+}  // namespace
+
+Trainer::Trainer(Config config) : config_(std::move(config)), gen_(static_cast<uint64_t>(config_.training.seed)) {}
+
+Trainer::~Trainer() = default;
+
+void Trainer::setup_device() {
+  env_ = dist::read_dist_env();
+  const std::string& dev = config_.training.device;
+  if (dev == "cpu") {
+    device_ = Device::cpu();
+  } else if (dev == "auto" || dev == "cuda") {
+    device_ = (dev == "cuda" || cuda::is_available()) ? Device::cuda(env_.local_rank) : Device::cpu();
+  } else {
+    device_ = Device::parse(dev);
+  }
+  if (device_.is_cuda()) {
+    const int count = cuda::device_count();
+    DPT_CHECK(device_.index < count,
+              "training.device: local rank {} would use GPU {} but only {} GPU(s) are visible; start at most {} "
+              "processes per node",
+              env_.local_rank, device_.index, count, count);
+    cuda::set_device(device_.index);
+  }
+  compute_ = config_.training.precision == "bf16" ? DType::BFloat16 : DType::Float32;
+  if (env_.world_size > 1) {
+    dist::ProcessGroupOptions o;
+    o.backend = config_.distributed.backend;
+    o.timeout = std::chrono::seconds(config_.distributed.timeout_s);
+    o.store_timeout = std::chrono::seconds(config_.distributed.timeout_s);
+    o.debug_collectives = config_.distributed.debug_checks;
+    o.cuda_device = device_.is_cuda() ? device_.index : -1;
+    group_ = dist::init_process_group(env_, o);
+  }
+}
+
+void Trainer::setup_data() {
+  data_ = make_data(config_);
+  const int rank = env_.rank, world = env_.world_size;
+  // DistributedSampler with world 1 is a seeded shuffle: one process with batch N*b visits exactly what N
+  // ranks with batch b visit together, step for step.
+  dist::DistributedSampler::Options so;
+  so.shuffle = config_.data.shuffle;
+  so.seed = static_cast<uint64_t>(config_.training.seed);
+  auto sampler = std::make_shared<dist::DistributedSampler>(data_.train->size(), rank, world, so);
+  data::LoaderOptions lo;
+  lo.batch_size = config_.training.batch_size;
+  lo.drop_last = true;
+  lo.prefetch = static_cast<int>(config_.data.prefetch);
+  lo.device = device_;
+  DPT_CHECK(config_.training.batch_size <= sampler->size(),
+            "training.batch_size {} is larger than the {} examples each of the {} process(es) sees per epoch ({})",
+            config_.training.batch_size, sampler->size(), world, data_.train->describe());
+  train_loader_ = std::make_unique<data::Loader>(data_.train, sampler, lo);
+  const int64_t per_epoch = train_loader_->batches_per_epoch() / config_.training.grad_accum;
+  total_steps_ =
+      config_.training.steps > 0 ? config_.training.steps : std::max<int64_t>(1, config_.training.epochs * per_epoch);
+  if (data_.val) {
+    dist::DistributedSampler::Options vo;
+    vo.shuffle = false;
+    auto vsampler = std::make_shared<dist::DistributedSampler>(data_.val->size(), rank, world, vo);
+    data::LoaderOptions vl = lo;
+    vl.batch_size = std::min<int64_t>(config_.training.batch_size, vsampler->size());
+    vl.prefetch = 0;  // evaluation restarts from its first batch each time
+    val_loader_ = std::make_unique<data::Loader>(data_.val, vsampler, vl);
+    eval_batches_ = std::min(config_.eval.batches, val_loader_->batches_per_epoch());
+  }
+}
+
+void Trainer::setup_model() {
+  model_ = std::make_unique<Model>(config_, data_.shape, gen_);
+  model_->module()->to(device_);
+  gen_.set_state(dropout_seed(config_.training.seed, env_.rank), gen_.offset());
+}
+
+void Trainer::resume_or_start() {
+  const CheckpointConfig& ck = config_.checkpoint;
+  if (!ck.enabled) return;
+  // The model about to be trained, in float32 as checkpoints hold it (mixed precision comes later).
+  const NamedTensors expected = model_->module()->state_dict();
+  std::vector<std::string> skipped;
+  std::optional<optim::Checkpoint> chosen;
+  std::string chosen_path;
+  if (ck.resume == "auto" || ck.resume == "never") {
+    std::optional<FoundCheckpoint> found = find_newest_valid(ck.dir, &skipped);
+    for (const auto& s : skipped) spdlog::warn("skipping a damaged checkpoint: {}", s);
+    if (found) {
+      const std::string why = incompatibility(found->checkpoint, expected, env_.world_size);
+      if (!why.empty()) {
+        DPT_FAIL(
+            "checkpoint.dir '{}' holds checkpoints of {} (newest: {}). They are left untouched; to train this "
+            "config, choose another directory: --set checkpoint.dir=<new dir>",
+            ck.dir, why, found->entry.path);
+      }
+      if (ck.resume == "auto") {
+        chosen = std::move(found->checkpoint);
+        chosen_path = found->entry.path;
+      } else {
+        spdlog::info(
+            "checkpoint.resume is never: starting over; the checkpoints in {} are replaced as this run "
+            "writes its own",
+            ck.dir);
+      }
+    }
+  } else {
+    optim::Checkpoint loaded = load_run_checkpoint(ck.resume);
+    const std::string why = incompatibility(loaded, expected, env_.world_size);
+    DPT_CHECK(why.empty(), "cannot resume from '{}' (checkpoint.resume): it is from {}", ck.resume, why);
+    chosen = std::move(loaded);
+    chosen_path = ck.resume;
+  }
+  start_step_ = chosen ? chosen->state.step : 0;
+  // Every rank must start from the same step, or they would issue different collectives.
+  if (group_) {
+    const auto s = static_cast<double>(start_step_);
+    std::vector<double> sums = sum_over_ranks({s, s * s});
+    const double w = env_.world_size;
+    DPT_CHECK(sums[1] * w == sums[0] * sums[0],
+              "ranks chose different checkpoints to resume from (this rank: step {}); checkpoint.dir '{}' must be on "
+              "a filesystem every node sees, or pass checkpoint.resume=<path> present on every node",
+              start_step_, ck.dir);
+  }
+  if (!chosen) return;
+  // Weights go in now, in float32, before mixed precision snapshots its masters from them.
+  model_->module()->load_state_dict(chosen->model);
+  resume_path_ = chosen_path;
+  resume_from_ = std::move(chosen);
+}
+
+void Trainer::setup_optimizer() {
+  mixed_ = std::make_unique<optim::MixedPrecision>(model_->module()->named_parameters(), compute_);
+  const OptimConfig& o = config_.optim;
+  // Matmul weights and embeddings decay, biases and LayerNorm parameters do not (the GPT-2 recipe).
+  auto groups = optim::weight_decay_groups(mixed_->master_params(), o.weight_decay);
+  if (o.kind == "sgd") {
+    optim::SgdOptions so;
+    so.lr = o.lr;
+    so.momentum = o.momentum;
+    so.nesterov = o.nesterov;
+    so.weight_decay = o.weight_decay;
+    optimizer_ = std::make_unique<optim::SGD>(std::move(groups), so);
+  } else {
+    optim::AdamOptions ao;
+    ao.lr = o.lr;
+    ao.beta1 = o.beta1;
+    ao.beta2 = o.beta2;
+    ao.eps = o.eps;
+    ao.weight_decay = o.weight_decay;
+    if (o.kind == "adamw") {
+      optimizer_ = std::make_unique<optim::AdamW>(std::move(groups), ao);
+    } else {
+      optimizer_ = std::make_unique<optim::Adam>(std::move(groups), ao, /*decoupled_weight_decay=*/false);
+    }
+  }
+  if (resume_from_) {
+    try {
+      optimizer_->load_state_dict(resume_from_->optimizer);
+    } catch (const std::exception& e) {
+      DPT_FAIL("cannot resume from '{}': its optimizer state does not fit optim.kind {} ({})", resume_path_, o.kind,
+               e.what());
+    }
+    gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
+    bad_steps_ = extra_int(*resume_from_, "train.bad_steps");
+    train_loader_->set_position(
+        {extra_int(*resume_from_, "train.loader_epoch"), extra_int(*resume_from_, "train.loader_batch")});
+    const int64_t saved_batch = extra_int(*resume_from_, "train.batch_size");
+    const int64_t saved_accum = extra_int(*resume_from_, "train.grad_accum");
+    if (saved_batch != config_.training.batch_size || saved_accum != config_.training.grad_accum) {
+      spdlog::warn(
+          "resuming with training.batch_size {} x grad_accum {} from a run with {} x {}: the data order "
+          "continues from the same batch index, not the same example",
+          config_.training.batch_size, config_.training.grad_accum, saved_batch, saved_accum);
+    }
+    resume_from_.reset();  // the tensors are copied; free the host memory
+  }
+  optim::LrScheduleConfig sc;
+  sc.kind = config_.schedule.kind;
+  sc.lr = o.lr;
+  sc.warmup_steps = config_.schedule.warmup_steps;
+  sc.total_steps = total_steps_;
+  sc.min_lr = config_.schedule.min_lr;
+  sc.step_size = config_.schedule.step_size;
+  sc.gamma = config_.schedule.gamma;
+  schedule_ = optim::make_lr_schedule(sc);
+  if (group_) {
+    dist::DDPOptions d;
+    d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
+    d.first_bucket_mb = config_.distributed.first_bucket_mb;
+    d.find_unused_parameters = config_.distributed.find_unused_parameters;
+    // bf16 communication of float32 gradients; under bf16 precision the gradients already are bf16.
+    if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
+    ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
+  }
+}
+
+void Trainer::open_run_dir() {
+  if (!is_main()) return;
+  fs::create_directories(config_.checkpoint.dir);
+  write_config(config_, (fs::path(config_.checkpoint.dir) / "config.yaml").string());
+  metrics_ = std::make_unique<MetricsLog>(config_.logging.metrics_file, start_step_);
+  progress_ = std::make_unique<ProgressBar>(config_.logging.progress_bar && stdout_is_terminal(), total_steps_);
+}
+
+}  // namespace dpt::train
