@@ -92,7 +92,8 @@ TEST(CudaLayerNorm, MatchesCpuForwardAndBackwardInFloat32AndBfloat16) {
       Tensor x = randn({70, n}, gen, opts), w = randn({n}, gen, opts), b = randn({n}, gen, opts);
       Tensor g = randn({70, n}, gen, opts);
       auto run = [&](Device d) {
-        Tensor xd = x.to(d).requires_grad_(), wd = w.to(d).requires_grad_(), bd = b.to(d).requires_grad_();
+        Tensor xd = x.to(d).detach().requires_grad_(), wd = w.to(d).detach().requires_grad_(),
+               bd = b.to(d).detach().requires_grad_();
         Tensor y = layer_norm(xd, wd, bd, 1e-5);
         y.backward(g.to(d));
         return std::vector<Tensor>{y.to(Device::cpu()), xd.grad().to(Device::cpu()), wd.grad().to(Device::cpu()),
