@@ -6,6 +6,7 @@
 
 #include "core/cpu/cpu_kernels.h"
 #include "core/error.h"
+#include "core/kernel_profiler.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/cuda_kernels.h"
 #include "core/cuda/copy.h"
@@ -13,7 +14,8 @@
 // CUDA kernels run on the tensor's device whatever device the thread has current (like PyTorch's
 // device guard): the guard is a temporary that lives until the kernel call returns.
 #define DPT_DISPATCH(device, fn, ...)                                                          \
-  ((device).is_cuda() ? (::dpt::cuda::DeviceGuard((device).index), ::dpt::cuda_kernels::fn(__VA_ARGS__)) \
+  ((device).is_cuda() ? (::dpt::cuda::DeviceGuard((device).index), ::dpt::KernelTimer(#fn, true),        \
+                         ::dpt::cuda_kernels::fn(__VA_ARGS__))                                           \
                       : ::dpt::cpu::fn(__VA_ARGS__))
 #else
 #define DPT_DISPATCH(device, fn, ...) ::dpt::cpu::fn(__VA_ARGS__)

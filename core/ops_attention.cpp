@@ -3,6 +3,7 @@
 #include "core/attention_kernels.h"
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/kernel_profiler.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/stream.h"
 #endif
@@ -15,6 +16,7 @@ void forward_kernel(const Tensor& x, const Tensor& y, int64_t rows, int64_t t, d
 #ifdef DPT_HAVE_CUDA
   if (x.device().is_cuda()) {
     cuda::DeviceGuard guard(x.device().index);
+    KernelTimer timer("causal_softmax_forward", true);
     cuda_kernels::causal_softmax_forward(x, y, rows, t, scale);
     return;
   }
@@ -26,6 +28,7 @@ void backward_kernel(const Tensor& gy, const Tensor& y, const Tensor& gx, int64_
 #ifdef DPT_HAVE_CUDA
   if (y.device().is_cuda()) {
     cuda::DeviceGuard guard(y.device().index);
+    KernelTimer timer("causal_softmax_backward", true);
     cuda_kernels::causal_softmax_backward(gy, y, gx, rows, t, scale);
     return;
   }

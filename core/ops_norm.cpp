@@ -2,6 +2,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/kernel_profiler.h"
 #include "core/norm_kernels.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/stream.h"
@@ -18,6 +19,7 @@ void forward_kernel(const Tensor& x, const Tensor& w, const Tensor& b, const Ten
 #ifdef DPT_HAVE_CUDA
   if (x.device().is_cuda()) {
     cuda::DeviceGuard guard(x.device().index);
+    KernelTimer timer("layer_norm_forward", true);
     cuda_kernels::layer_norm_forward(x, w, b, y, mean, rstd, rows, n, eps);
     return;
   }
@@ -30,6 +32,7 @@ void backward_kernel(const Tensor& gy, const Tensor& x, const Tensor& w, const T
 #ifdef DPT_HAVE_CUDA
   if (x.device().is_cuda()) {
     cuda::DeviceGuard guard(x.device().index);
+    KernelTimer timer("layer_norm_backward", true);
     cuda_kernels::layer_norm_backward(gy, x, w, mean, rstd, gx, gw, gb, rows, n);
     return;
   }
