@@ -1,0 +1,307 @@
+// dpt-train end to end, as a user runs it: every shipped config trains on the CPU, a resumed run
+// reproduces the uninterrupted run's losses exactly (after deleting checkpoints, after damaging one, and
+// after SIGTERM), two processes through dpt-run match one process on the doubled batch, gradient
+// accumulation matches the larger batch, non-finite steps are skipped then stop the run, and
+// checkpoints of another model or world size are refused and left untouched.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "config.h"
+#include "data/token_file.h"
+#include "train_test_util.h"
+
+namespace dpt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace test_util;
+
+// --- shipped configs ---------------------------------------------------------------------------
+
+// Overrides that shrink a config of any size to a few seconds on one CPU core, chosen from what the
+// config trains (so a new config is covered without touching this test).
+std::vector<std::string> shrink(const Config& c, const ScratchDir& dir) {
+  std::vector<std::string> o = {
+      "training.device=cpu",     "training.steps=3",       "training.epochs=0",
+      "logging.every=1",         "eval.every=2",           "eval.batches=1",
+      "checkpoint.every=2",      "data.prefetch=1",        "schedule.warmup_steps=1",
+      "checkpoint.enabled=true", "checkpoint.resume=auto", "checkpoint.dir=" + dir.file("run")};
+  if (c.model.kind == "gpt") {
+    o.insert(o.end(), {"model.gpt.n_layer=1", "model.gpt.n_head=2", "model.gpt.n_embd=16", "model.gpt.vocab_size=0",
+                       "model.gpt.block_size=0", "data.seq_len=8", "training.batch_size=4", "eval.sample_tokens=8"});
+    if (c.data.kind == "synthetic_tokens") {
+      o.insert(o.end(), {"data.vocab_size=32", "data.num_tokens=2000", "data.path=" + dir.file("tokens.bin")});
+    } else if (c.data.kind == "tokens") {
+      data::write_token_file(dir.file("train.bin"), data::synthetic_tokens(3000, 64, 1));
+      data::write_token_file(dir.file("val.bin"), data::synthetic_tokens(1000, 64, 2));
+      o.insert(o.end(), {"data.path=" + dir.file("train.bin"), "data.val_path=" + dir.file("val.bin")});
+    }
+  } else if (c.model.kind == "mlp") {
+    o.insert(o.end(),
+             {"model.mlp.hidden=[16]", "data.num_samples=256", "training.batch_size=16", "data.num_classes=4"});
+    if (c.data.kind != "synthetic_classification" || c.data.pattern != "spirals") o.push_back("data.num_features=8");
+  } else if (c.model.kind == "cnn") {
+    o.insert(o.end(), {"model.cnn.channels=[4]", "model.cnn.hidden=8", "data.num_samples=128", "data.image_size=8",
+                       "training.batch_size=16"});
+  }
+  return o;
+}
+
+TEST(TrainShippedConfigs, EveryConfigTrainsAFewStepsOnTheCpu) {
+  std::vector<fs::path> configs;
+  for (const auto& e : fs::directory_iterator(fs::path(DPT_SOURCE_DIR) / "configs"))
+    if (e.path().extension() == ".yaml") configs.push_back(e.path());
+  ASSERT_GE(configs.size(), 7u);
+  for (const auto& path : configs) {
+    SCOPED_TRACE(path.filename().string());
+    ScratchDir dir("shipped." + path.stem().string());
+    const Config parsed = load_config(path.string(), {}, {.check_files = false, .check_device = false});
+    RunResult r = train(path.string(), shrink(parsed, dir));
+    ASSERT_EQ(r.exit_code, 0) << r.output;
+    auto records = read_metrics(dir.file("run/metrics.jsonl"));
+    auto losses = train_records(records);
+    ASSERT_EQ(losses.size(), 3u) << r.output;
+    for (const auto& rec : losses) EXPECT_TRUE(std::isfinite(number(rec.loss))) << rec.line;
+    EXPECT_FALSE(eval_records(records).empty()) << "no validation loss logged\n" << r.output;
+    EXPECT_TRUE(fs::exists(dir.file("run/step_00000003/checkpoint.model.safetensors")));
+    EXPECT_TRUE(fs::exists(dir.file("run/step_00000002")));
+    EXPECT_TRUE(fs::exists(dir.file("run/config.yaml")));
+    // The resolved config loads back to the same training setup.
+    const Config resolved = load_config(dir.file("run/config.yaml"), {}, {.check_files = false, .check_device = false});
+    EXPECT_EQ(resolved.training.steps, 3);
+    EXPECT_EQ(resolved.model.kind, parsed.model.kind);
+    if (parsed.model.kind == "gpt") {
+      EXPECT_NE(r.output.find("sample ("), std::string::npos) << r.output;
+    }
+  }
+}
+
+// --- resume ------------------------------------------------------------------------------------
+
+std::vector<std::string> small_mlp(const ScratchDir& dir, int steps) {
+  return {"training.device=cpu",
+          "model.mlp.hidden=[16]",
+          "training.batch_size=16",
+          "training.grad_accum=2",
+          "training.steps=" + std::to_string(steps),
+          "schedule.warmup_steps=3",
+          "logging.every=1",
+          "eval.every=10",
+          "checkpoint.every=10",
+          "checkpoint.keep=10",
+          "data.num_samples=512",
+          "checkpoint.dir=" + dir.file("run")};
+}
+
+std::vector<std::string> small_gpt(const ScratchDir& dir, int steps) {
+  return {"training.device=cpu",
+          "model.gpt.n_layer=1",
+          "model.gpt.n_head=2",
+          "model.gpt.n_embd=16",
+          "model.gpt.dropout=0.1",
+          "data.seq_len=16",
+          "training.batch_size=4",
+          "training.steps=" + std::to_string(steps),
+          "schedule.warmup_steps=2",
+          "logging.every=1",
+          "eval.every=4",
+          "eval.batches=1",
+          "eval.sample_tokens=0",
+          "checkpoint.every=4",
+          "checkpoint.keep=10",
+          "checkpoint.dir=" + dir.file("run")};
+}
+
+TEST(TrainResume, ResumedMlpRunReproducesTheUninterruptedLossesExactly) {
+  ScratchDir full("resume.mlp.full"), resumed("resume.mlp.resumed");
+  RunResult a = train(config_path("mlp_synthetic.yaml"), small_mlp(full, 30));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  // The interrupted run: the newest checkpoint damaged (truncated), the one before it gone; the run
+  // must pass over both and continue from step 10.
+  fs::copy(full.file("run"), resumed.file("run"), fs::copy_options::recursive);
+  fs::remove_all(resumed.file("run/step_00000020"));
+  fs::resize_file(resumed.file("run/step_00000030/checkpoint.model.safetensors"), 100);
+  RunResult b = train(config_path("mlp_synthetic.yaml"), small_mlp(resumed, 30));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("skipping a damaged checkpoint"), std::string::npos) << b.output;
+  EXPECT_NE(b.output.find("at step 10"), std::string::npos) << b.output;
+  expect_same_history(read_metrics(full.file("run/metrics.jsonl")), read_metrics(resumed.file("run/metrics.jsonl")),
+                      30);
+}
+
+TEST(TrainResume, ResumedGptRunWithDropoutReproducesTheUninterruptedLossesExactly) {
+  ScratchDir full("resume.gpt.full"), resumed("resume.gpt.resumed");
+  RunResult a = train(config_path("char_gpt.yaml"), small_gpt(full, 12));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  fs::copy(full.file("run"), resumed.file("run"), fs::copy_options::recursive);
+  fs::remove_all(resumed.file("run/step_00000008"));
+  fs::remove_all(resumed.file("run/step_00000012"));
+  RunResult b = train(config_path("char_gpt.yaml"), small_gpt(resumed, 12));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("at step 4"), std::string::npos) << b.output;
+  expect_same_history(read_metrics(full.file("run/metrics.jsonl")), read_metrics(resumed.file("run/metrics.jsonl")),
+                      12);
+}
+
+TEST(TrainResume, SigtermWritesACheckpointAndTheResumedRunContinuesExactly) {
+  ScratchDir stopped("sigterm.stopped"), reference("sigterm.reference");
+  auto args = [](const ScratchDir& dir, int steps) {
+    return std::vector<std::string>{"training.device=cpu",
+                                    "model.mlp.hidden=[16]",
+                                    "training.batch_size=16",
+                                    "training.steps=" + std::to_string(steps),
+                                    "schedule.kind=constant",
+                                    "logging.every=1",
+                                    "eval.every=0",
+                                    "eval.batches=1",
+                                    "checkpoint.every=0",
+                                    "data.num_samples=512",
+                                    "checkpoint.dir=" + dir.file("run")};
+  };
+  // 1. A long run, stopped by SIGTERM once it has logged 20 steps.
+  Child child = spawn_train(config_path("mlp_synthetic.yaml"), args(stopped, 1000000), stopped.file("log.txt"));
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(120);
+  while (train_records(read_metrics(stopped.file("run/metrics.jsonl"))).size() < 20 &&
+         std::chrono::steady_clock::now() < deadline && child.running()) {
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  }
+  ::kill(child.pid, SIGTERM);
+  const int status = child.wait();
+  const std::string log = read_text(stopped.file("log.txt"));
+  ASSERT_TRUE(WIFEXITED(status)) << log;
+  ASSERT_EQ(WEXITSTATUS(status), 128 + SIGTERM) << log;
+  EXPECT_NE(log.find("stopped by SIGTERM"), std::string::npos) << log;
+  // 2. Exactly one checkpoint, at the step the run stopped after.
+  std::vector<int64_t> steps;
+  for (const auto& e : fs::directory_iterator(stopped.file("run"))) {
+    const std::string name = e.path().filename().string();
+    if (name.rfind("step_", 0) == 0) steps.push_back(std::stoll(name.substr(5)));
+  }
+  ASSERT_EQ(steps.size(), 1u) << log;
+  const int64_t s = steps[0];
+  ASSERT_GE(s, 20);
+  // 3. Continue for 5 more steps; a fresh run to the same step must log the same history.
+  const int total = static_cast<int>(s) + 5;
+  RunResult resumed = train(config_path("mlp_synthetic.yaml"), args(stopped, total));
+  ASSERT_EQ(resumed.exit_code, 0) << resumed.output;
+  RunResult fresh = train(config_path("mlp_synthetic.yaml"), args(reference, total));
+  ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
+  expect_same_history(read_metrics(reference.file("run/metrics.jsonl")),
+                      read_metrics(stopped.file("run/metrics.jsonl")), total);
+}
+
+// --- data parallel -----------------------------------------------------------------------------
+
+std::vector<std::string> parity_args(const ScratchDir& dir, int batch, int accum) {
+  return {"training.device=cpu",
+          "model.mlp.hidden=[32, 32]",
+          "data.num_samples=2048",
+          "training.batch_size=" + std::to_string(batch),
+          "training.grad_accum=" + std::to_string(accum),
+          "training.steps=20",
+          "schedule.warmup_steps=5",
+          "logging.every=1",
+          "eval.every=10",
+          "eval.batches=100",
+          "checkpoint.every=10",
+          "checkpoint.dir=" + dir.file("run")};
+}
+
+TEST(TrainDistributed, TwoProcessesThroughDptRunMatchOneProcessOnTheDoubledBatch) {
+  ScratchDir one("parity.one"), two("parity.two");
+  RunResult a = train(config_path("mlp_synthetic.yaml"), parity_args(one, 32, 1));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = train(config_path("mlp_synthetic.yaml"), parity_args(two, 16, 1), /*nproc=*/2);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("2 process(es)"), std::string::npos) << b.output;
+  // Equal up to float32 summation order (the two halves are averaged instead of summed at once).
+  expect_close_history(read_metrics(one.file("run/metrics.jsonl")), read_metrics(two.file("run/metrics.jsonl")), 20);
+}
+
+TEST(TrainDistributed, GradientAccumulationMatchesTheLargerBatch) {
+  ScratchDir big("accum.big"), accum("accum.small");
+  RunResult a = train(config_path("mlp_synthetic.yaml"), parity_args(big, 32, 1));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = train(config_path("mlp_synthetic.yaml"), parity_args(accum, 16, 2));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  expect_close_history(read_metrics(big.file("run/metrics.jsonl")), read_metrics(accum.file("run/metrics.jsonl")), 20);
+}
+
+// --- failures ----------------------------------------------------------------------------------
+
+TEST(TrainFailures, NonFiniteStepsAreSkippedWithAWarningThenTheRunStops) {
+  ScratchDir dir("nonfinite");
+  // SGD at lr 100 on a regression overflows to inf within a few steps; skipped steps change nothing,
+  // so the loss stays inf until the budget of bad steps is spent.
+  RunResult r = train(config_path("mlp_synthetic.yaml"),
+                      {"training.device=cpu", "data.kind=synthetic_regression", "data.num_features=8", "optim.kind=sgd",
+                       "optim.lr=100", "training.grad_clip=0", "schedule.kind=constant", "training.max_bad_steps=2",
+                       "logging.every=100", "checkpoint.dir=" + dir.file("run")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("update skipped (1 of at most 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exceed training.max_bad_steps (2)"), std::string::npos) << r.output;
+  int skipped = 0;
+  for (const auto& rec : train_records(read_metrics(dir.file("run/metrics.jsonl")))) skipped += rec.skipped;
+  EXPECT_EQ(skipped, 3);
+  EXPECT_FALSE(fs::exists(dir.file("run/step_00000600")));
+}
+
+TEST(TrainFailures, CheckpointsOfAnotherModelAreRefusedAndLeftUntouched) {
+  ScratchDir dir("othermodel");
+  std::vector<std::string> args = {"training.device=cpu", "model.mlp.hidden=[16]", "training.steps=4",
+                                   "schedule.warmup_steps=1", "checkpoint.dir=" + dir.file("run")};
+  ASSERT_EQ(train(config_path("mlp_synthetic.yaml"), args).exit_code, 0);
+  const auto before = snapshot(dir.file("run"));
+  for (const char* resume : {"auto", "never"}) {
+    std::vector<std::string> other = args;
+    other[1] = "model.mlp.hidden=[8]";
+    other.push_back(std::string("checkpoint.resume=") + resume);
+    RunResult r = train(config_path("mlp_synthetic.yaml"), other);
+    EXPECT_EQ(r.exit_code, 1) << r.output;
+    EXPECT_NE(r.output.find("a different model"), std::string::npos) << r.output;
+    EXPECT_NE(r.output.find("'0.weight' is float32 [16, 2] there but float32 [8, 2]"), std::string::npos) << r.output;
+    EXPECT_EQ(snapshot(dir.file("run")), before) << "a refused run changed the run directory";
+  }
+}
+
+TEST(TrainFailures, CheckpointsOfAnotherWorldSizeAreRefused) {
+  ScratchDir dir("otherworld");
+  std::vector<std::string> args = {"training.device=cpu",    "model.mlp.hidden=[16]",
+                                   "training.steps=4",       "schedule.warmup_steps=1",
+                                   "training.batch_size=16", "checkpoint.dir=" + dir.file("run")};
+  ASSERT_EQ(train(config_path("mlp_synthetic.yaml"), args).exit_code, 0);
+  const auto before = snapshot(dir.file("run"));
+  RunResult r = train(config_path("mlp_synthetic.yaml"), args, /*nproc=*/2);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("world size 1, this one has 2"), std::string::npos) << r.output;
+  EXPECT_EQ(snapshot(dir.file("run")), before);
+}
+
+TEST(TrainFailures, AnInvalidConfigIsOneMessageAndWritesNothing) {
+  ScratchDir dir("invalid");
+  RunResult r = train(config_path("mlp_synthetic.yaml"), {"model.mlp.hiden=[3]", "checkpoint.dir=" + dir.file("run")});
+  EXPECT_EQ(r.exit_code, 1);
+  EXPECT_NE(r.output.find("did you mean 'model.mlp.hidden'"), std::string::npos) << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("run")));
+  RunResult missing = train(dir.file("nope.yaml"), {});
+  EXPECT_EQ(missing.exit_code, 1);
+  EXPECT_NE(missing.output.find("does not exist"), std::string::npos) << missing.output;
+}
+
+}  // namespace
+}  // namespace dpt::train
