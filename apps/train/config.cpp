@@ -919,10 +919,16 @@ void write_config(const Config& config, const std::string& path) {
 }
 
 std::string config_reference() {
+  // A '|' inside a cell would end it: Markdown tables want it escaped.
+  auto cell = [](const std::string& text) {
+    std::string out;
+    for (char ch : text) out += ch == '|' ? std::string("\\|") : std::string(1, ch);
+    return out;
+  };
   std::string out = "| key | type | default | allowed | meaning |\n| --- | --- | --- | --- | --- |\n";
   for (const Field& f : schema()) {
-    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", f.path, kind_name(f.kind), default_text(f), allowed_text(f),
-                       f.spec.help);
+    out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", f.path, kind_name(f.kind), cell(default_text(f)),
+                       cell(allowed_text(f)), cell(f.spec.help));
   }
   return out;
 }

@@ -1,0 +1,83 @@
+// What the README shows, run as the README shows it: scripts/train.sh trains the default config to a
+// visibly lower loss, scripts/plot-metrics.sh turns its metrics into a PNG (or skips cleanly without
+// gnuplot), and docs/config-reference.md is the reference the code generates.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <filesystem>
+#include <string>
+
+#include "config.h"
+#include "train_test_util.h"
+
+namespace dpt::train {
+namespace {
+
+namespace fs = std::filesystem;
+using namespace test_util;
+
+const std::string kSource = DPT_SOURCE_DIR;
+
+TEST(ReadmeCommands, TrainShTrainsTheDefaultConfigToAVisiblyLowerLoss) {
+  ScratchDir dir("train_sh");
+  // The README's first command with the build step skipped (the test suite runs after the build).
+  RunResult r =
+      run_shell("cd " + quote(dir.path().string()) + " && DPT_SKIP_BUILD=1 DPT_BUILD_DIR=" + quote(DPT_BINARY_DIR) +
+                " " + quote(kSource + "/scripts/train.sh"));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  auto records = read_metrics(dir.file("runs/mlp_synthetic/metrics.jsonl"));
+  auto steps = train_records(records);
+  ASSERT_GE(steps.size(), 2u) << r.output;
+  const double first = number(steps.front().loss), last = number(steps.back().loss);
+  EXPECT_GT(first, 1.0);         // three classes at chance: ln 3 = 1.10
+  EXPECT_LT(last, first / 4.0);  // the spirals are learned
+  auto evals = eval_records(records);
+  ASSERT_FALSE(evals.empty());
+  EXPECT_LT(number(evals.back().val_loss), 0.25);
+  EXPECT_NE(r.output.find("validation loss"), std::string::npos);
+}
+
+TEST(ReadmeCommands, PlotMetricsDrawsAPngOrSkipsCleanlyWithoutGnuplot) {
+  ScratchDir dir("plot");
+  const std::string metrics = dir.file("metrics.jsonl");
+  {
+    std::ofstream out(metrics);
+    for (int step = 1; step <= 20; ++step) {
+      out << "{\"type\": \"train\", \"step\": " << step << ", \"loss\": " << 2.0 / step
+          << ", \"lr\": 0.001, \"grad_norm\": 1, \"skipped\": false}\n";
+      if (step % 10 == 0) out << "{\"type\": \"eval\", \"step\": " << step << ", \"val_loss\": " << 2.5 / step << "}\n";
+    }
+  }
+  const std::string png = dir.file("loss.png");
+  RunResult r = run_shell(quote(kSource + "/scripts/plot-metrics.sh") + " " + quote(metrics) + " " + quote(png));
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  const bool have_gnuplot = run_shell("command -v gnuplot").exit_code == 0;
+  if (have_gnuplot) {
+    const std::string bytes = read_text(png);
+    ASSERT_GE(bytes.size(), 8u) << r.output;
+    EXPECT_EQ(bytes.substr(1, 3), "PNG") << r.output;
+  } else {
+    EXPECT_NE(r.output.find("gnuplot is not installed"), std::string::npos) << r.output;
+    EXPECT_FALSE(fs::exists(png));
+  }
+  // A file with no training records is an error, not an empty plot.
+  std::ofstream(dir.file("empty.jsonl")) << "\n";
+  if (have_gnuplot) {
+    EXPECT_NE(run_shell(quote(kSource + "/scripts/plot-metrics.sh") + " " + quote(dir.file("empty.jsonl")) + " " +
+                        quote(dir.file("e.png")))
+                  .exit_code,
+              0);
+  }
+}
+
+TEST(ConfigReferenceDocument, MatchesTheReferenceTheCodeGenerates) {
+  const std::string doc = read_text(kSource + "/docs/config-reference.md");
+  const auto table = doc.find("| key |");
+  ASSERT_NE(table, std::string::npos) << "docs/config-reference.md has no table";
+  EXPECT_EQ(doc.substr(table), config_reference())
+      << "docs/config-reference.md is out of date: run scripts/gen-config-reference.sh";
+  for (const auto& key : config_keys()) EXPECT_NE(doc.find("`" + key + "`"), std::string::npos) << key;
+}
+
+}  // namespace
+}  // namespace dpt::train
