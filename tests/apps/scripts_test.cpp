@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <filesystem>
+#include <regex>
 #include <string>
 
 #include "config.h"
@@ -77,6 +78,26 @@ TEST(ConfigReferenceDocument, MatchesTheReferenceTheCodeGenerates) {
   EXPECT_EQ(doc.substr(table), config_reference())
       << "docs/config-reference.md is out of date: run scripts/gen-config-reference.sh";
   for (const auto& key : config_keys()) EXPECT_NE(doc.find("`" + key + "`"), std::string::npos) << key;
+}
+
+TEST(ReadmeCommands, TheReadmeOpensWithTheTwoCommandsAndNamesOnlyFilesThatExist) {
+  const std::string readme = read_text(kSource + "/README.md");
+  const auto block = readme.find("```sh\n");
+  ASSERT_NE(block, std::string::npos);
+  const std::string first = readme.substr(block + 6, readme.find("```", block + 6) - block - 6);
+  std::vector<std::string> commands;
+  std::istringstream lines(first);
+  for (std::string line; std::getline(lines, line);) commands.push_back(line.substr(0, line.find(" #")));
+  ASSERT_EQ(commands.size(), 2u) << first;
+  EXPECT_EQ(commands[0].substr(0, commands[0].find_last_not_of(' ') + 1), "./scripts/train.sh");
+  EXPECT_EQ(commands[1].substr(0, commands[1].find_last_not_of(' ') + 1), "./scripts/test.sh");
+  // Every config, script and source file the README names is in the tree.
+  const std::regex path(
+      R"((configs|scripts|layers|tests|docs|bench|apps|distributed)/[A-Za-z0-9_./-]+\.(yaml|sh|h|cpp|md|py))");
+  for (auto it = std::sregex_iterator(readme.begin(), readme.end(), path); it != std::sregex_iterator(); ++it) {
+    EXPECT_TRUE(fs::exists(kSource + "/" + it->str())) << "README names a missing file: " << it->str();
+  }
+  EXPECT_NE(readme.find("## Performance"), std::string::npos);
 }
 
 }  // namespace
