@@ -23,20 +23,31 @@ namespace {
 // Enough JSON for a safetensors header: objects, arrays, strings and non-negative integers. Floats,
 // negative numbers, true/false/null and duplicate keys are rejected: the header never needs them, and
 // accepting them would only widen what a damaged file can smuggle in.
+struct JsonMember;
 struct Json {
   enum class Kind { Object, Array, String, Integer };
   Kind kind = Kind::Object;
-  std::vector<std::pair<std::string, Json>> members;  // Object, in file order
+  // A named struct rather than std::pair<std::string, Json>: with libstdc++, clang cannot instantiate
+  // a pair of the type being defined (its conditionally explicit constructor asks whether Json is
+  // default-constructible while Json is still incomplete).
+  std::vector<JsonMember> members;  // Object, in file order
   std::vector<Json> items;                            // Array
   std::string text;                                   // String
   uint64_t integer = 0;                               // Integer
 
-  const Json* find(const std::string& key) const {
-    for (const auto& [k, v] : members)
-      if (k == key) return &v;
-    return nullptr;
-  }
+  const Json* find(const std::string& key) const;
 };
+
+struct JsonMember {
+  std::string key;
+  Json value;
+};
+
+const Json* Json::find(const std::string& key) const {
+  for (const auto& [k, v] : members)
+    if (k == key) return &v;
+  return nullptr;
+}
 
 const char* kind_name(Json::Kind kind) {
   switch (kind) {
@@ -114,7 +125,7 @@ class JsonParser {
       expect(':');
       skip_space();
       Json value = parse_value(depth + 1);
-      j.members.emplace_back(std::move(key), std::move(value));
+      j.members.push_back(JsonMember{std::move(key), std::move(value)});
       skip_space();
       if (peek() == ',') {
         ++pos_;

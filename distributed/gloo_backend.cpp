@@ -317,6 +317,9 @@ class GlooBackend : public Backend {
       text = fmt::format("; the peer is rank {} ({}): rank {} has exited or been killed, or the network to it failed",
                          peer, address, peer);
     }
+    // A timeout names no connection, and when the network is what failed the store may be unreachable
+    // too: asking it could add its own timeout to this rank's exit. Report the timeout as it is.
+    if (peer < 0 && what.find("Timed out") != std::string::npos) return text;
     try {
       std::string key = "dpt_gloo_failed/";
       store_->set(key + std::to_string(rank_), std::to_string(peer));
