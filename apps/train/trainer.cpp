@@ -19,10 +19,8 @@
 
 #include "checkpointing.h"
 #include "core/autograd.h"
-#include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/ops.h"
-#include "layers/flops.h"
 #include "layers/gpt.h"
 #include "optim/grad_clip.h"
 #include "stop_signal.h"
@@ -163,8 +161,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
   rec.throughput = rec.throughput_per_gpu * env_.world_size;
   rec.unit = std::string(model_->unit()) + "/s";
   if (device_.is_cuda() && model_->flops_per_unit() > 0) {
-    const std::string name = cuda::device_name(device_.index);
-    rec.mfu = model_->flops_per_unit() * rec.throughput_per_gpu / (nn::peak_bf16_tflops(name.c_str()) * 1e12);
+    rec.mfu = model_->flops_per_unit() * rec.throughput_per_gpu / (peak_tflops_ * 1e12);
   }
   rec.elapsed_s = now_seconds() - start_time_;
   rec.skipped = r.skipped;
@@ -201,8 +198,7 @@ int Trainer::run() {
   setup_optimizer();
   open_run_dir();
 
-  const std::string device_text =
-      device_.is_cuda() ? fmt::format("{} ({})", device_.str(), cuda::device_name(device_.index)) : "cpu";
+  const std::string device_text = device_.is_cuda() ? fmt::format("{} ({})", device_.str(), device_name_) : "cpu";
   spdlog::info("model   {}", model_->description());
   spdlog::info("data    {}: {} training / {} validation examples", data_.train->describe(), data_.train->size(),
                data_.val ? data_.val->size() : 0);

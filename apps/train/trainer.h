@@ -61,6 +61,8 @@ class Trainer {
   Config config_;
   dist::DistEnv env_;
   Device device_ = Device::cpu();
+  std::string device_name_ = "cpu";  // "NVIDIA H100 80GB HBM3" on a GPU
+  double peak_tflops_ = 0;           // bf16 dense peak of the GPU, for MFU
   DType compute_ = DType::Float32;
   std::shared_ptr<dist::ProcessGroup> group_;
 

@@ -12,6 +12,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "distributed/sampler.h"
+#include "layers/flops.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "trainer.h"
@@ -51,6 +52,8 @@ void Trainer::setup_device() {
               "processes per node",
               env_.local_rank, device_.index, count, count);
     cuda::set_device(device_.index);
+    device_name_ = cuda::device_name(device_.index);
+    peak_tflops_ = nn::peak_bf16_tflops(device_name_.c_str());
   }
   compute_ = config_.training.precision == "bf16" ? DType::BFloat16 : DType::Float32;
   if (env_.world_size > 1) {
