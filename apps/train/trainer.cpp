@@ -204,7 +204,7 @@ int Trainer::run() {
                data_.val ? data_.val->size() : 0);
   spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}", total_steps_,
                config_.training.grad_accum, config_.training.batch_size, model_->is_gpt() ? "sequences" : "examples",
-               env_.world_size, device_text, config_.training.precision,
+               env_.world_size, device_text, compute_ == DType::BFloat16 ? "bf16 (float32 masters)" : "fp32",
                env_.world_size > 1 ? fmt::format(", {} via {}", group_->backend_name(device_), env_.source) : "");
   spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
                config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");

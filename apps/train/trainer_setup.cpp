@@ -55,7 +55,9 @@ void Trainer::setup_device() {
     device_name_ = cuda::device_name(device_.index);
     peak_tflops_ = nn::peak_bf16_tflops(device_name_.c_str());
   }
-  compute_ = config_.training.precision == "bf16" ? DType::BFloat16 : DType::Float32;
+  const std::string& precision = config_.training.precision;
+  const bool bf16 = precision == "bf16" || (precision == "auto" && device_.is_cuda());
+  compute_ = bf16 ? DType::BFloat16 : DType::Float32;
   if (env_.world_size > 1) {
     dist::ProcessGroupOptions o;
     o.backend = config_.distributed.backend;
