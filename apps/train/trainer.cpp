@@ -168,9 +168,9 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
   metrics_->train(rec);
   const double per_step = timed_steps_ > 0 ? train_seconds_ / static_cast<double>(timed_steps_) : step_seconds;
   const int width = static_cast<int>(std::to_string(total_steps_).size());
-  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4g} | {} {} ({} per GPU)",
+  std::string line = fmt::format("step {:>{}}/{} | loss {:.4f} | lr {:.3e} | grad norm {:.4g} | {} {} ({} per {})",
                                  step, width, total_steps_, r.loss, rec.lr, r.grad_norm, human_count(rec.throughput),
-                                 rec.unit, human_count(rec.throughput_per_gpu));
+                                 rec.unit, human_count(rec.throughput_per_gpu), device_.is_cuda() ? "GPU" : "process");
   if (rec.mfu >= 0) line += fmt::format(" | MFU {:.1f}%", rec.mfu * 100);
   line += fmt::format(" | {:.1f} ms/step | ETA {}", rec.step_ms,
                       human_duration(per_step * static_cast<double>(total_steps_ - step)));

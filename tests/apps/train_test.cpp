@@ -9,6 +9,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <array>
 #include <chrono>
 #include <cmath>
@@ -203,6 +204,22 @@ TEST(TrainResume, SigtermWritesACheckpointAndTheResumedRunContinuesExactly) {
   ASSERT_EQ(fresh.exit_code, 0) << fresh.output;
   expect_same_history(read_metrics(reference.file("run/metrics.jsonl")),
                       read_metrics(stopped.file("run/metrics.jsonl")), total);
+}
+
+TEST(TrainCheckpoints, OnlyTheNewestKeepCheckpointsRemainAndEachIsComplete) {
+  ScratchDir dir("keep");
+  RunResult r = train(config_path("mlp_synthetic.yaml"),
+                      {"training.device=cpu", "model.mlp.hidden=[8]", "training.steps=10", "schedule.warmup_steps=1",
+                       "checkpoint.every=2", "checkpoint.keep=2", "checkpoint.dir=" + dir.file("run")});
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::vector<std::string> names;
+  for (const auto& e : fs::directory_iterator(dir.file("run"))) names.push_back(e.path().filename().string());
+  std::sort(names.begin(), names.end());
+  EXPECT_EQ(names, (std::vector<std::string>{"config.yaml", "metrics.jsonl", "step_00000008", "step_00000010"}));
+  for (const char* step : {"step_00000008", "step_00000010"}) {
+    EXPECT_TRUE(fs::exists(dir.file(std::string("run/") + step + "/checkpoint.model.safetensors")));
+    EXPECT_TRUE(fs::exists(dir.file(std::string("run/") + step + "/checkpoint.optim.safetensors")));
+  }
 }
 
 // --- data parallel -----------------------------------------------------------------------------
