@@ -14,7 +14,6 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
-#include <filesystem>
 #include <set>
 
 #include "checkpointing.h"
@@ -27,8 +26,6 @@
 #include "text_sample.h"
 
 namespace dpt::train {
-
-namespace fs = std::filesystem;
 
 namespace {
 

@@ -4,9 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
-#include <cmath>
 #include <filesystem>
-#include <set>
 
 #include "checkpointing.h"
 #include "core/cuda_runtime.h"
