@@ -9,6 +9,7 @@
 #include "core/ops.h"
 #include "core/ops_attention.h"
 #include "gradcheck.h"
+#include "max_relative.h"
 
 using namespace dpt;
 
@@ -23,15 +24,6 @@ Tensor reference_causal_softmax(const Tensor& s, double scale) {
   return softmax(s * scale + from_vector(mask, {t, t}, s.options()));
 }
 
-double max_relative(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    num = std::max(num, std::abs(va[i] - vb[i]));
-    den = std::max(den, std::abs(vb[i]));
-  }
-  return num / std::max(den, 1e-30);
-}
 
 }  // namespace
 

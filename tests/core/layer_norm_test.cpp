@@ -10,6 +10,7 @@
 #include "core/ops.h"
 #include "core/ops_norm.h"
 #include "gradcheck.h"
+#include "max_relative.h"
 
 using namespace dpt;
 
@@ -21,15 +22,6 @@ Tensor composed_layer_norm(const Tensor& x, const Tensor& w, const Tensor& b, do
   return centered * pow(var + eps, -0.5) * w + b;
 }
 
-double max_relative(const Tensor& a, const Tensor& b) {
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < va.size(); ++i) {
-    num = std::max(num, std::abs(va[i] - vb[i]));
-    den = std::max(den, std::abs(vb[i]));
-  }
-  return num / std::max(den, 1e-30);
-}
 
 }  // namespace
 
