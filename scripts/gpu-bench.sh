@@ -1,0 +1,41 @@
+#!/usr/bin/env bash
+# Runs `dpt-bench train` and the PyTorch reference (bench/pytorch_reference.py) for the same workloads on
+# the same GPU in one go, and prints the ratio table last. Build first (scripts/gpu-test.sh builds into
+# build-gpu/).
+#
+#   scripts/gpu-bench.sh                                   # tiny_gpt mlp_92m gpt2_124m, PyTorch eager
+#   DPT_BENCH_COMPILE=1 scripts/gpu-bench.sh               # also torch.compile (slow to compile)
+#   DPT_BENCH_WORKLOADS="tiny_gpt" DPT_BENCH_STEPS=50 scripts/gpu-bench.sh
+set -uo pipefail
+root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"
+out="${OUT:-${DPT_BUILD_DIR:-$root/build-gpu}}/bench.jsonl"
+workloads="${DPT_BENCH_WORKLOADS:-tiny_gpt mlp_92m gpt2_124m}"
+steps="${DPT_BENCH_STEPS:-20}"
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export LD_LIBRARY_PATH="$root/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+: >"$out"
+
+for w in $workloads; do
+  timeout 300 "$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup 3 | tee -a "$out" | grep -v '^{'
+done
+ref_args=(--steps "$steps" --warmup 3)
+for w in $workloads; do ref_args+=(--workload "$w"); done
+PYTHONUNBUFFERED=1 timeout 600 python3 "$root/bench/pytorch_reference.py" "${ref_args[@]}" | grep '^{' >>"$out"
+if [[ "${DPT_BENCH_COMPILE:-0}" == 1 ]]; then
+  PYTHONUNBUFFERED=1 timeout 900 python3 "$root/bench/pytorch_reference.py" "${ref_args[@]}" --compile | grep '^{' >>"$out"
+fi
+
+python3 - "$out" <<'PY'
+import json, sys
+rows = [json.loads(l) for l in open(sys.argv[1]) if l.startswith("{")]
+ours = {r["workload"]: r for r in rows if r["system"] == "dptrain"}
+print(f"\n=== dptrain vs PyTorch, same GPU, same run ({rows[0]['device'] if rows else '?'}) ===")
+print(f"{'workload':<11} {'system':<16} {'throughput':>12} {'step ms':>8} {'MFU':>6} {'peak GiB':>8} {'ratio':>6}")
+for w, mine in ours.items():
+    print(f"{w:<11} {'dptrain':<16} {mine['throughput']:>12.0f} {mine['step_ms']:>8.2f} {100*mine['mfu']:>5.1f}% {mine['peak_mem_gib']:>8.2f} {'':>6}")
+    for r in rows:
+        if r["workload"] == w and r["system"] != "dptrain":
+            print(f"{'':<11} {r['system']:<16} {r['throughput']:>12.0f} {r['step_ms']:>8.2f} {100*r['mfu']:>5.1f}% "
+                  f"{r['peak_mem_gib']:>8.2f} {mine['throughput']/r['throughput']:>5.2f}x")
+PY
