@@ -12,6 +12,7 @@ build="${DPT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
 seconds="${1:-60}"
 shift || true
 
+DPT_SETUP_FUZZ=1 "$root/scripts/setup.sh"
 cxx="${DPT_FUZZ_CXX:-}"
 if [[ -z "$cxx" ]]; then
   for c in clang++ clang++-14 clang++-15 clang++-16 clang++-17 clang++-18; do
