@@ -1,13 +1,30 @@
 #include "layers/attention.h"
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "core/ops_attention.h"
+#include "core/ops_flash_attention.h"
 
 namespace dpt::nn {
+
+namespace {
+
+// DPT_ATTENTION=naive keeps the composed path (scores in memory) on CUDA too, for comparison and
+// debugging; read once per process.
+bool naive_attention_requested() {
+  static const bool naive = [] {
+    const char* v = std::getenv("DPT_ATTENTION");
+    return v != nullptr && std::strcmp(v, "naive") == 0;
+  }();
+  return naive;
+}
+
+}  // namespace
 
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& gen)
     : n_embd_(n_embd), n_head_(n_head), dropout_(dropout), gen_(&gen) {
@@ -25,11 +42,21 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   std::vector<Tensor> parts = split(qkv->forward(x), {n_embd_, n_embd_, n_embd_}, 2);
   auto heads = [&](const Tensor& p) { return p.reshape({b, t, h, d}).permute({0, 2, 1, 3}); };
   Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
-  // 2. Scores [B, H, T, T] and the fused scale + causal mask + softmax (core/ops_attention.h).
-  Tensor att = causal_softmax(matmul(q, k, false, true), 1.0 / std::sqrt(static_cast<double>(d)));
-  att = dropout(att, dropout_, is_training(), *gen_);
-  // 3. Weighted values, heads merged back: [B, H, T, D] -> [B, T, C].
-  Tensor y = matmul(att, v).permute({0, 2, 1, 3}).reshape({b, t, n_embd_});
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Tensor att_v;
+  if (x.device().is_cuda() && !naive_attention_requested() && !(is_training() && dropout_ > 0)) {
+    // 2+3. Fused flash attention (core/ops_flash_attention.h): no [B, H, T, T] scores in memory. Dropout
+    // on the attention weights needs those weights, so training with attention dropout stays composed.
+    att_v = causal_attention(q, k, v, scale);
+  } else {
+    // 2. Scores [B, H, T, T] and the fused scale + causal mask + softmax (core/ops_attention.h).
+    Tensor att = causal_softmax(matmul(q, k, false, true), scale);
+    att = dropout(att, dropout_, is_training(), *gen_);
+    // 3. Weighted values.
+    att_v = matmul(att, v);
+  }
+  // Heads merged back: [B, H, T, D] -> [B, T, C].
+  Tensor y = att_v.permute({0, 2, 1, 3}).reshape({b, t, n_embd_});
   return dropout(proj->forward(y), dropout_, is_training(), *gen_);
 }
 
