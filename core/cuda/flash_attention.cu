@@ -14,25 +14,43 @@
 //      accumulate dQ += scale dS K in registers.
 // Kernel 3 recomputes S and dP a second time instead of adding dQ with atomics from kernel 2.
 //
-// Determinism. Every output element (O, lse, dQ, dK, dV, dvec) is written by exactly one thread, which
-// sums its terms in a fixed order; the only cross-thread sums are warp shuffles in a fixed pattern.
-// No atomics, so the same inputs give the same bits on every run.
+// Determinism. Every output element (O, lse, dQ, dK, dV, dvec) is written by exactly one thread (or
+// one warp's fragment store), which sums its terms in a fixed order; the cross-thread sums are warp
+// shuffles and MMA instructions in a fixed pattern. No atomics: the same inputs give the same bits on
+// every run.
 //
-// Implementation: SIMT (no tensor cores yet), float32 arithmetic for bfloat16 and float32 tensors.
-// 256 threads form a 16 x 16 grid (ty = tid / 16, tx = tid % 16); a thread owns rows ty + 16 i and
-// columns tx + 16 j of each tile product, so a row's 16 owners are 16 consecutive lanes (reductions
-// across a row are 4 shuffles) and the statistics m, l of a row live in those lanes' registers.
+// Two implementations of the same tiles (kBr = kBc = 64 everywhere):
 //
-// Tile sizes: kBr = kBc = 64 for every D in {32, 64, 128}: a 64 x 64 score tile is 4 x 4 values per
-// thread, large enough to reuse each shared-memory load 4 times, small enough that causal tiles skip
-// most of the masked upper triangle and that T = 1024 gives 16 query tiles x B H heads of parallelism.
+// * bfloat16: tensor cores (WMMA bf16 16x16x16 fragments, float accumulators), 4 warps per block; warp
+//   w owns rows 16 w .. 16 w + 15 of the block's 64-row tile (queries in the forward and the dQ
+//   kernel, keys in the dK/dV kernel). Tile products go through the warp's float scratch in shared
+//   memory, where lane 2 r + h applies the mask and the softmax to half h of row r (the accumulator
+//   fragment layout is unspecified, and the online rescale needs rows); P and dS are rounded to bf16
+//   for the next product, as FlashAttention-2 does. The forward keeps O in registers in the lane
+//   layout; the backward never rescales, so dK, dV and dQ stay in fragments for the whole loop. 16-row
+//   blocks entirely above the diagonal are skipped inside the diagonal tile too.
+//   Shared memory, rows padded by 16 bytes (bf16 tiles: D + 8, scores: 64 + 4 floats, P: 64 + 8):
+//     forward   Q, K, V bf16 tiles + per warp S / P V scratch and P      D=32: 41 KB  D=64: 53 KB  D=128: 93 KB
+//     dK/dV     K, V, Q, dO + per warp S^T, dP^T, P^T, dS^T               D=32: 73 KB  D=64: 89 KB  D=128: 137 KB
+//     dQ        Q, dO, K, V + per warp S, dP, dS                          D=32: 64 KB  D=64: 80 KB  D=128: 128 KB
+//   Used when every tensor starts 16-byte aligned (tile loads are 16-byte vectors) and DPT_FLASH_SIMT
+//   is not 1.
 //
-// Shared memory (float32 for either input dtype; rows padded to D + 1 floats so the 16 rows one
-// half-warp reads sit in 16 different banks), with LD = D + 1:
-//   forward       Q, K, V tiles 3 * 64 * LD + P 64 * 65          D=32: 42 KB  D=64: 66 KB  D=128: 113 KB
-//   dK/dV         K, V, Q, dO 4 * 64 * LD + P, dS 2 * 64 * 65    D=32: 66 KB  D=64: 98 KB  D=128: 162 KB
-//   dQ            Q, dO, K, V 4 * 64 * LD + dS 64 * 65           D=32: 50 KB  D=64: 82 KB  D=128: 146 KB
-// (dynamic shared memory above the 48 KB default, opted in per kernel; Hopper allows 227 KB).
+// * float32 (and bfloat16 when asked or misaligned): SIMT, float32 arithmetic. 256 threads form a
+//   16 x 16 grid (ty = tid / 16, tx = tid % 16); a thread owns rows ty + 16 i and columns tx + 16 j of
+//   each tile product (4 x 4 of a 64 x 64 score tile: each shared-memory load is reused 4 times), so a
+//   row's 16 owners are 16 consecutive lanes (row reductions are 4 shuffles) and a row's m and l live
+//   in those lanes. Shared memory in float32, rows padded to LD = D + 1 floats so the 16 rows a
+//   half-warp reads sit in 16 different banks:
+//     forward   Q, K, V 3 * 64 * LD + P 64 * 65                           D=32: 41 KB  D=64: 65 KB  D=128: 113 KB
+//     dK/dV     K, V, Q, dO 4 * 64 * LD + P^T, dS^T 2 * 64 * 65           D=32: 66 KB  D=64: 98 KB  D=128: 162 KB
+//     dQ        Q, dO, K, V 4 * 64 * LD + dS 64 * 65                      D=32: 50 KB  D=64: 82 KB  D=128: 146 KB
+//
+// Why 64 x 64 tiles: large enough to amortise each K/V tile load over 64 queries (and 4 warps), small
+// enough that the causal loop skips most of the masked triangle, and T = 1024 gives 16 query tiles x
+// B H heads of blocks (192 x 16 for GPT-2 124M at B = 16). All kernels use dynamic shared memory above
+// the 48 KB default (opted in per launch; Hopper allows 227 KB per block). The grid is (B H, tiles)
+// with the heaviest tiles (most keys, or most queries) first, so the short ones fill in at the end.
 #include <mma.h>
 
 #include <cmath>
@@ -442,15 +460,7 @@ __global__ void __launch_bounds__(kFlashThreads)
   }
 }
 
-// --- tensor-core kernels (bfloat16) ------------------------------------------------------------------
-// Same algorithm, with the four tile products on WMMA 16x16x16 bf16 fragments and float accumulators.
-// 4 warps per block; warp w owns rows 16 w .. 16 w + 15 of the block's 64-row tile (queries in the
-// forward and the dQ kernel, keys in the dK/dV kernel). A warp's score products go through its own
-// float scratch in shared memory, where its lanes apply the mask and the softmax (lane = 2 r + h owns
-// half h of row r); probabilities and dS are rounded to bf16 for the next product, as FlashAttention-2
-// does. In the forward the output lives in registers in that lane layout (the accumulator fragment's
-// layout is unspecified, and the running rescale needs rows); in the backward nothing is rescaled,
-// so dK, dV and dQ accumulate in fragments across the whole loop.
+// --- tensor-core kernels (bfloat16; layout in the comment at the top) -------------------------------
 
 constexpr int kTcWarps = 4;
 constexpr int kTcThreads = 32 * kTcWarps;
@@ -553,6 +563,10 @@ __global__ void __launch_bounds__(kTcThreads)
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kTcRows;
   const int w0 = q0 + warp * 16;  // the warp's first query
   const int row = w0 + r;         // this lane's query
+  // The lane visits its half row from column (r + 16 h) mod 32 on, so at every step the 32 lanes read
+  // 32 different banks of the scratch (rows 4 banks apart, 16 rows, two halves). o[c] likewise holds
+  // output column h D/2 + (c + sk) mod D/2.
+  const int sk = r + 16 * h;
   const int64_t base = static_cast<int64_t>(blockIdx.x) * t * D;
   load_tile_tc<D>(q + base, q0, t, qs);
   __syncthreads();
@@ -592,8 +606,8 @@ __global__ void __launch_bounds__(kTcThreads)
     float mx = -INFINITY;
 #pragma unroll
     for (int c = 0; c < kHalfC; ++c) {
-      const int col = k0 + h * kHalfC + c;
-      s[c] = (col > row || col >= t) ? -INFINITY : scratch[r * L::kLdS + h * kHalfC + c] * scale_log2;
+      const int cc = h * kHalfC + ((c + sk) & (kHalfC - 1)), col = k0 + cc;
+      s[c] = (col > row || col >= t) ? -INFINITY : scratch[r * L::kLdS + cc] * scale_log2;
       mx = fmaxf(mx, s[c]);
     }
     mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -607,27 +621,34 @@ __global__ void __launch_bounds__(kTcThreads)
     for (int c = 0; c < kHalfC; ++c) {
       const float p = exp2f(s[c] - m_new);
       l += p;
-      ps[r * L::kLdP + h * kHalfC + c] = __float2bfloat16_rn(p);
+      ps[r * L::kLdP + h * kHalfC + ((c + sk) & (kHalfC - 1))] = __float2bfloat16_rn(p);
     }
     __syncwarp();
 
-    // P V for the warp's 16 rows, skipping the all-zero key blocks.
+    // P V for the warp's 16 rows, skipping the all-zero key blocks (static indices keep the P
+    // fragments in registers; the bound is warp-uniform).
+    FragA pa[kTcCols / 16];
+#pragma unroll
+    for (int kk = 0; kk < kTcCols / 16; ++kk) {
+      if (kk < n_vis) wmma::load_matrix_sync(pa[kk], ps + kk * 16, L::kLdP);
+    }
 #pragma unroll
     for (int n = 0; n < D / 16; ++n) {
       FragC acc;
       wmma::fill_fragment(acc, 0.0f);
-      for (int kk = 0; kk < n_vis; ++kk) {
-        FragA fa;
-        FragB fb;
-        wmma::load_matrix_sync(fa, ps + kk * 16, L::kLdP);
-        wmma::load_matrix_sync(fb, vs + kk * 16 * kLd + n * 16, kLd);
-        wmma::mma_sync(acc, fa, fb, acc);
+#pragma unroll
+      for (int kk = 0; kk < kTcCols / 16; ++kk) {
+        if (kk < n_vis) {
+          FragB fb;
+          wmma::load_matrix_sync(fb, vs + kk * 16 * kLd + n * 16, kLd);
+          wmma::mma_sync(acc, pa[kk], fb, acc);
+        }
       }
       wmma::store_matrix_sync(scratch + n * 16, acc, L::kLdO, wmma::mem_row_major);
     }
     __syncwarp();
 #pragma unroll
-    for (int c = 0; c < kHalfD; ++c) o[c] += scratch[r * L::kLdO + h * kHalfD + c];
+    for (int c = 0; c < kHalfD; ++c) o[c] += scratch[r * L::kLdO + h * kHalfD + ((c + sk) & (kHalfD - 1))];
     __syncwarp();  // scratch is rewritten by the next tile's S
   }
 
@@ -636,7 +657,7 @@ __global__ void __launch_bounds__(kTcThreads)
     const float inv = 1.0f / l;
     bf16_t* orow = out + base + static_cast<int64_t>(row) * D + h * kHalfD;
 #pragma unroll
-    for (int c = 0; c < kHalfD; ++c) orow[c] = __float2bfloat16_rn(o[c] * inv);
+    for (int c = 0; c < kHalfD; ++c) orow[(c + sk) & (kHalfD - 1)] = __float2bfloat16_rn(o[c] * inv);
     if (h == 0) lse[static_cast<int64_t>(blockIdx.x) * t + row] = (m + log2f(l)) * kLn2;
   }
 }
@@ -670,6 +691,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const int k0 = blockIdx.y * kTcRows;          // key tile 0 sees every query: heaviest first
   const int wk0 = k0 + warp * 16;               // the warp's first key
   const int key = wk0 + r;                      // this lane's key
+  const int sk = r + 16 * h;                    // column rotation, as in the forward
   const int64_t base = static_cast<int64_t>(blockIdx.x) * t * D;
   const int64_t row_base = static_cast<int64_t>(blockIdx.x) * t;
   load_tile_tc<D>(k + base, k0, t, ks);
@@ -705,8 +727,8 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncwarp();
 #pragma unroll 8
     for (int c = 0; c < kHalfC; ++c) {
-      const int i = h * kHalfC + c, query = q0 + i;
-      const bool visible = query < t && key <= query;  // blocks j < j_first are all invisible
+      const int i = h * kHalfC + ((c + sk) & (kHalfC - 1)), query = q0 + i;  // bank-skewed, see forward
+      const bool visible = query < t && key <= query;                        // blocks j < j_first are all invisible
       const float p = visible ? exp2f(s_w[r * L::kLdS + i] * scale_log2 - lse_s[i]) : 0.0f;
       const float ds = visible ? p * (dp_w[r * L::kLdS + i] - dvec_s[i]) : 0.0f;
       p_w[r * L::kLdP + i] = __float2bfloat16_rn(p);
@@ -759,6 +781,7 @@ __global__ void __launch_bounds__(kTcThreads)
   const int w0 = q0 + warp * 16;  // the warp's first query
   const int qi = warp * 16 + r;   // this lane's query within the tile
   const int row = q0 + qi;
+  const int sk = r + 16 * h;  // column rotation, as in the forward
   const int64_t base = static_cast<int64_t>(blockIdx.x) * t * D;
   const int64_t row_base = static_cast<int64_t>(blockIdx.x) * t;
   load_tile_tc<D>(q + base, q0, t, qs);
@@ -790,8 +813,8 @@ __global__ void __launch_bounds__(kTcThreads)
     __syncwarp();
 #pragma unroll 8
     for (int c = 0; c < kHalfC; ++c) {
-      const int col = h * kHalfC + c, key = k0 + col;
-      const bool visible = row < t && key <= row;  // blocks j >= n_vis are all invisible
+      const int col = h * kHalfC + ((c + sk) & (kHalfC - 1)), key = k0 + col;  // bank-skewed, see forward
+      const bool visible = row < t && key <= row;                              // blocks j >= n_vis are all invisible
       const float p = visible ? exp2f(s_w[r * L::kLdS + col] * scale_log2 - lse_s[qi]) : 0.0f;
       const float ds = visible ? p * (dp_w[r * L::kLdS + col] - dvec_s[qi]) : 0.0f;
       ds_w[r * L::kLdP + col] = __float2bfloat16_rn(ds);

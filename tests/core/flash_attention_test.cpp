@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <tuple>
 
 #include "core/cuda_runtime.h"
@@ -154,6 +155,24 @@ TEST(CudaFlashAttention, MatchesCpuForwardAndGradients) {
       }
     }
   }
+}
+
+// bfloat16 normally runs on tensor cores; DPT_FLASH_SIMT=1 selects the SIMT kernels. Both must agree
+// with the CPU (so a failure of one path points at its kernels).
+TEST(CudaFlashAttention, TensorCoreAndSimtPathsBothMatchCpuInBfloat16) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator gen(21);
+  TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
+  Tensor q = randn({2, 3, 200, 64}, gen, opts), k = randn({2, 3, 200, 64}, gen, opts);
+  Tensor v = randn({2, 3, 200, 64}, gen, opts), g = randn({2, 3, 200, 64}, gen, opts);
+  auto attention = [](auto x, auto y, auto z) { return causal_attention(x, y, z, 0.125); };
+  Outcome cpu = run(attention, q, k, v, g, Device::cpu());
+  Outcome tc = run(attention, q, k, v, g, Device::cuda(0));
+  ::setenv("DPT_FLASH_SIMT", "1", 1);
+  Outcome simt = run(attention, q, k, v, g, Device::cuda(0));
+  ::unsetenv("DPT_FLASH_SIMT");
+  expect_close(tc, cpu, 2e-2, "tensor cores", 1.0);
+  expect_close(simt, cpu, 2e-2, "SIMT", 1.0);
 }
 
 TEST(CudaFlashAttention, StridedInputsMatchCpu) {
