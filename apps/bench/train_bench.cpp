@@ -50,8 +50,12 @@ Workload workload(const std::string& name) {
     w.gpt = false;
     w.mlp_sizes = {1024, 4096, 4096, 4096, 4096, 4096, 4096, 1000};
     w.batch = 512;
+  } else if (name == "mlp_small") {  // seconds on a CPU: for testing the benchmark tools themselves
+    w.gpt = false;
+    w.mlp_sizes = {64, 128, 128, 10};
+    w.batch = 32;
   } else {
-    DPT_FAIL("dpt-bench train: unknown workload '{}' (gpt2_124m, mlp_92m, tiny_gpt)", name);
+    DPT_FAIL("dpt-bench train: unknown workload '{}' (gpt2_124m, mlp_92m, tiny_gpt, mlp_small)", name);
   }
   return w;
 }

@@ -1,0 +1,51 @@
+// dpt-bench scaling end to end on the CPU (Gloo): it launches `dpt-bench train` through dpt-run at 1 and
+// 2 processes and for a bucket sweep, and writes the CSV and Markdown tables with the step-time model.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+#include <string>
+
+namespace {
+
+std::string read(const std::filesystem::path& p) {
+  std::ifstream in(p);
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+}  // namespace
+
+TEST(BenchScaling, WritesWeakScalingTablesForOneAndTwoProcesses) {
+  std::filesystem::path out = std::filesystem::temp_directory_path() / "dpt_bench_scaling_test";
+  std::filesystem::remove_all(out);
+  std::string cmd = std::string(DPT_BINARY_DIR) + "/bin/dpt-bench scaling --workload mlp_small --device cpu " +
+                    "--max-gpus 2 --steps 3 --warmup 1 --bucket-sweep 1 --precision fp32 --out " + out.string() +
+                    " > " + (out.string() + ".log") + " 2>&1";
+  int status = std::system(cmd.c_str());
+  ASSERT_EQ(status, 0) << read(out.string() + ".log");
+  std::string csv = read(out / "scaling.csv");
+  // Header, 1 and 2 processes at the default bucket size, and the sweep's one row at 2 processes.
+  int lines = 0;
+  for (char c : csv) lines += c == '\n';
+  EXPECT_EQ(lines, 4) << csv;
+  EXPECT_NE(csv.find("\n1,25,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\n2,25,"), std::string::npos) << csv;
+  EXPECT_NE(csv.find("\n2,1,"), std::string::npos) << csv;
+  std::string md = read(out / "scaling.md");
+  EXPECT_NE(md.find("| GPUs | bucket MB |"), std::string::npos) << md;
+  EXPECT_NE(md.find("predicted efficiency"), std::string::npos) << md;
+  std::filesystem::remove_all(out);
+}
+
+TEST(BenchTrain, UnknownWorkloadIsAClearError) {
+  std::string log = (std::filesystem::temp_directory_path() / "dpt_bench_train_bad.log").string();
+  std::string cmd = std::string(DPT_BINARY_DIR) + "/bin/dpt-bench train --workload resnet > " + log + " 2>&1";
+  int status = std::system(cmd.c_str());
+  EXPECT_NE(status, 0);
+  EXPECT_NE(read(log).find("unknown workload 'resnet'"), std::string::npos) << read(log);
+}
