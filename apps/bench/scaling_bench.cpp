@@ -192,21 +192,18 @@ int run_scaling_bench(int argc, char** argv) {
   for (const auto& r : sweep) emit(r);
 
   // 3. The step-time model, fitted on the largest measured count, checked against it and extrapolated.
-  ScalingModel model;
-  model.compute_ms = compute_ms;
-  model.grad_bytes = base.grad_bytes;
   const Row& top = rows.back();
-  md << "\nStep-time model (compute + alpha-beta ring AllReduce minus the part hidden behind backward):\n\n";
+  ScalingModel model = ScalingModel::fit(compute_ms, base.grad_bytes, top.gpus, top.step_ms, top.comm_ms,
+                                         top.exposed_ms);
+  md << "\nStep-time model (compute + alpha-beta ring AllReduce minus the part hidden behind backward, plus "
+        "interference):\n\n";
   if (top.gpus > 1 && top.comm_ms > 0) {
-    double n = top.gpus;
-    double alpha_ms = 2.0 * (n - 1) * model.alpha_us * 1e-3;
-    double transfer_ms = std::max(top.comm_ms - alpha_ms, 1e-3);
-    model.beta_gbps = 2.0 * (n - 1) / n * model.grad_bytes / (transfer_ms * 1e-3) / 1e9;
-    model.hidden_ms = top.comm_ms - top.exposed_ms;
-    md << fmt::format("fitted at {} GPUs: bus bandwidth {:.0f} GB/s, hidden {:.2f} ms of {:.2f} ms communication\n\n",
-                      top.gpus, model.beta_gbps, model.hidden_ms, top.comm_ms);
+    md << fmt::format("fitted at {} GPUs: bus bandwidth {:.0f} GB/s, hidden {:.2f} ms of {:.2f} ms communication, "
+                      "interference {:.2f} ms per step\n\n",
+                      top.gpus, model.beta_gbps, model.hidden_ms, top.comm_ms, model.interference_ms);
   } else {
-    md << "(only one GPU measured: model uses default alpha 5 us, beta 300 GB/s, nothing hidden)\n\n";
+    md << "(no communication time measured — one GPU, or a CPU run: the model uses its defaults, alpha 5 us, "
+          "beta 300 GB/s, nothing hidden)\n\n";
   }
   md << "| GPUs | nodes | predicted step ms | predicted efficiency | measured efficiency |\n|---|---|---|---|---|\n";
   for (int g : {1, 2, 4, 8, 16, 64}) {

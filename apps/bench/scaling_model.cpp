@@ -4,6 +4,21 @@
 
 namespace dpt::bench {
 
+ScalingModel ScalingModel::fit(double compute_ms, double grad_bytes, int gpus, double step_ms, double comm_ms,
+                               double exposed_ms) {
+  ScalingModel m;
+  m.compute_ms = compute_ms;
+  m.grad_bytes = grad_bytes;
+  if (gpus <= 1 || comm_ms <= 0) return m;
+  double n = gpus;
+  // Bandwidth from the measured communication time less the latency term; hidden = what overlap covered.
+  double transfer_ms = std::max(comm_ms - 2.0 * (n - 1) * m.alpha_us * 1e-3, 1e-3);
+  m.beta_gbps = 2.0 * (n - 1) / n * grad_bytes / (transfer_ms * 1e-3) / 1e9;
+  m.hidden_ms = comm_ms - exposed_ms;
+  m.interference_ms = std::max(0.0, step_ms - compute_ms - exposed_ms);
+  return m;
+}
+
 double ScalingModel::allreduce_ms(int gpus) const {
   if (gpus <= 1) return 0;
   double n = gpus;
@@ -20,7 +35,8 @@ double ScalingModel::allreduce_ms(int gpus) const {
 }
 
 double ScalingModel::step_ms(int gpus) const {
-  return compute_ms + std::max(0.0, allreduce_ms(gpus) - hidden_ms);
+  if (gpus <= 1) return compute_ms;
+  return compute_ms + std::max(0.0, allreduce_ms(gpus) - hidden_ms) + interference_ms;
 }
 
 }  // namespace dpt::bench
