@@ -3,45 +3,11 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/flash_attention_kernels.h"
-#include "core/kernel_profiler.h"
+#include "core/kernel_dispatch.h"
 #include "core/ops.h"
 #include "core/ops_attention.h"
-#ifdef DPT_HAVE_CUDA
-#include "core/cuda/stream.h"
-#endif
 
 namespace dpt {
-
-namespace {
-
-void forward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse, int64_t bh,
-                    int64_t t, int64_t d, double scale) {
-#ifdef DPT_HAVE_CUDA
-  if (q.device().is_cuda()) {
-    cuda::DeviceGuard guard(q.device().index);
-    KernelTimer timer("flash_attention_forward", true);
-    cuda_kernels::flash_attention_forward(q, k, v, out, lse, bh, t, d, scale);
-    return;
-  }
-#endif
-  cpu::flash_attention_forward(q, k, v, out, lse, bh, t, d, scale);
-}
-
-void backward_kernel(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& gout,
-                     const Tensor& lse, const Tensor& gq, const Tensor& gk, const Tensor& gv, int64_t bh, int64_t t,
-                     int64_t d, double scale) {
-#ifdef DPT_HAVE_CUDA
-  if (q.device().is_cuda()) {
-    cuda::DeviceGuard guard(q.device().index);
-    KernelTimer timer("flash_attention_backward", true);
-    cuda_kernels::flash_attention_backward(q, k, v, out, gout, lse, gq, gk, gv, bh, t, d, scale);
-    return;
-  }
-#endif
-  cpu::flash_attention_backward(q, k, v, out, gout, lse, gq, gk, gv, bh, t, d, scale);
-}
-
-}  // namespace
 
 bool fused_causal_attention_supported(DType dtype, int64_t head_dim) {
   return (dtype == DType::Float32 || dtype == DType::BFloat16) && (head_dim == 32 || head_dim == 64 || head_dim == 128);
@@ -68,7 +34,7 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
   DType lse_dtype = q.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
   Tensor out = Tensor::empty(q.shape(), q.options());
   Tensor lse = Tensor::empty(lse_shape, q.options().with_dtype(lse_dtype));
-  forward_kernel(q, k, v, out, lse, bh, t, d, scale);
+  DPT_KERNEL_DISPATCH(q.device(), flash_attention_forward, q, k, v, out, lse, bh, t, d, scale);
   record_op("CausalAttentionBackward", {q_in, k_in, v_in}, {out},
             [q = q.detach(), k = k.detach(), v = v.detach(), out = out.detach(), lse, bh, t, d,
              scale](const std::vector<Tensor>& g) {
@@ -76,7 +42,8 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
               Tensor gq = Tensor::empty(q.shape(), q.options());
               Tensor gk = Tensor::empty(q.shape(), q.options());
               Tensor gv = Tensor::empty(q.shape(), q.options());
-              backward_kernel(q, k, v, out, gout, lse, gq, gk, gv, bh, t, d, scale);
+              DPT_KERNEL_DISPATCH(q.device(), flash_attention_backward, q, k, v, out, gout, lse, gq, gk, gv, bh, t, d,
+                                  scale);
               return std::vector<Tensor>{gq, gk, gv};
             });
   return out;

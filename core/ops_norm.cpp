@@ -2,43 +2,15 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/kernel_profiler.h"
+#include "core/kernel_dispatch.h"
 #include "core/norm_kernels.h"
-#ifdef DPT_HAVE_CUDA
-#include "core/cuda/stream.h"
-#endif
 
 namespace dpt {
 
 namespace {
 
+// Per-row statistics: float32, or float64 for float64 input.
 DType stats_dtype(DType input) { return input == DType::Float64 ? DType::Float64 : DType::Float32; }
-
-void forward_kernel(const Tensor& x, const Tensor& w, const Tensor& b, const Tensor& y, const Tensor& mean,
-                    const Tensor& rstd, int64_t rows, int64_t n, double eps) {
-#ifdef DPT_HAVE_CUDA
-  if (x.device().is_cuda()) {
-    cuda::DeviceGuard guard(x.device().index);
-    KernelTimer timer("layer_norm_forward", true);
-    cuda_kernels::layer_norm_forward(x, w, b, y, mean, rstd, rows, n, eps);
-    return;
-  }
-#endif
-  cpu::layer_norm_forward(x, w, b, y, mean, rstd, rows, n, eps);
-}
-
-void backward_kernel(const Tensor& gy, const Tensor& x, const Tensor& w, const Tensor& mean, const Tensor& rstd,
-                     const Tensor& gx, const Tensor& gw, const Tensor& gb, int64_t rows, int64_t n) {
-#ifdef DPT_HAVE_CUDA
-  if (x.device().is_cuda()) {
-    cuda::DeviceGuard guard(x.device().index);
-    KernelTimer timer("layer_norm_backward", true);
-    cuda_kernels::layer_norm_backward(gy, x, w, mean, rstd, gx, gw, gb, rows, n);
-    return;
-  }
-#endif
-  cpu::layer_norm_backward(gy, x, w, mean, rstd, gx, gw, gb, rows, n);
-}
 
 }  // namespace
 
@@ -60,14 +32,16 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   Tensor y = Tensor::empty(x.shape(), x.options());
   Tensor mean = Tensor::empty({rows}, stats);
   Tensor rstd = Tensor::empty({rows}, stats);
-  forward_kernel(x, weight.contiguous(), bias.contiguous(), y, mean, rstd, rows, n, eps);
+  DPT_KERNEL_DISPATCH(x.device(), layer_norm_forward, x, weight.contiguous(), bias.contiguous(), y, mean, rstd, rows, n,
+                      eps);
   record_op("LayerNormBackward", {x_in, weight, bias}, {y},
             [x = x.detach(), w = weight.detach(), mean, rstd, rows, n](const std::vector<Tensor>& g) {
               Tensor gy = g[0].contiguous();
               Tensor gx = Tensor::empty(x.shape(), x.options());
               Tensor gw = Tensor::empty(w.shape(), w.options());
               Tensor gb = Tensor::empty(w.shape(), w.options());
-              backward_kernel(gy, x, w.contiguous(), mean, rstd, gx, gw, gb, rows, n);
+              DPT_KERNEL_DISPATCH(x.device(), layer_norm_backward, gy, x, w.contiguous(), mean, rstd, gx, gw, gb, rows,
+                                  n);
               return std::vector<Tensor>{gx, gw, gb};
             });
   return y;

@@ -152,21 +152,39 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
       bucket.comm_buffer = zeros({total}, first.options().with_dtype(*options_.comm_dtype));
     }
     for (size_t j = 0; j < bucket.params.size(); ++j) {
-      size_t i = bucket.params[j];
-      const Tensor& p = tensors[i];
-      Tensor view = bucket.buffer.slice(bucket.offsets[j], bucket.offsets[j] + p.numel()).reshape(p.shape());
-      Tensor old = p.grad();
-      if (old.defined()) view.copy_(old);  // keep gradients already accumulated (rebuild mid-run)
-      p.set_grad(view);
-      bucket_of_[i] = b;
-      position_in_bucket_[i] = j;
+      bucket_of_[bucket.params[j]] = b;
+      position_in_bucket_[bucket.params[j]] = j;
     }
     bucket.pending = bucket.params.size();
     buckets.push_back(std::move(bucket));
   }
   buckets_ = std::move(buckets);
+  // Gradients already accumulated (a rebuild mid-run) move into the new buckets.
+  for (size_t i = 0; i < params_.size(); ++i) bind_grad_to_bucket(i);
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;
+}
+
+Tensor DistributedDataParallel::bucket_view(size_t param_index) const {
+  const GradBucket& bucket = buckets_[bucket_of_[param_index]];
+  const Tensor& p = params_[param_index].second;
+  int64_t offset = bucket.offsets[position_in_bucket_[param_index]];
+  return bucket.buffer.slice(offset, offset + p.numel()).reshape(p.shape());
+}
+
+// The communicated buffer must be the one the optimizer reads: a gradient replaced behind our back
+// (zero_grad(set_to_none), user code) is copied into the bucket, a missing one becomes zeros there.
+void DistributedDataParallel::bind_grad_to_bucket(size_t param_index) {
+  const Tensor& p = params_[param_index].second;
+  Tensor view = bucket_view(param_index);
+  Tensor grad = p.grad();
+  if (grad.defined() && grad.data_ptr() == view.data_ptr()) return;
+  if (grad.defined()) {
+    view.copy_(grad);
+  } else {
+    view.zero_();
+  }
+  p.set_grad(view);
 }
 
 void DistributedDataParallel::register_hooks() {
@@ -190,29 +208,14 @@ void DistributedDataParallel::on_grad_ready(size_t param_index) {
     }
 #endif
   }
-  const Tensor& p = params_[param_index].second;
-  GradBucket& bucket = buckets_[bucket_of_[param_index]];
-  // A gradient replaced behind our back (zero_grad(set_to_none), user code) is copied back into the
-  // bucket so the communicated buffer is always the one the optimizer reads.
-  Tensor view = bucket.buffer.slice(bucket.offsets[position_in_bucket_[param_index]],
-                                    bucket.offsets[position_in_bucket_[param_index]] + p.numel());
-  Tensor grad = p.grad();
-  if (!grad.defined() || grad.data_ptr() != view.data_ptr()) {
-    Tensor v = view.reshape(p.shape());
-    if (grad.defined()) {
-      v.copy_(grad);
-    } else {
-      v.zero_();
-    }
-    p.set_grad(v);
-  }
+  bind_grad_to_bucket(param_index);
   DPT_CHECK(!ready_[param_index],
             "DistributedDataParallel: the gradient of '{}' became final twice in one backward (a parameter "
             "used in two backward passes without a step in between needs no_sync())",
             params_[param_index].first);
   ready_[param_index] = true;
   if (!rebuilt_) ready_order_.push_back(param_index);
-  --bucket.pending;
+  --buckets_[bucket_of_[param_index]].pending;
   launch_ready_buckets();
 }
 
@@ -241,7 +244,6 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
   }
 #endif
   bucket.work = group_->allreduce(payload, ReduceOp::Sum);
-  bucket.launched = true;
 #ifdef DPT_HAVE_CUDA
   if (timing_) {
     cuda::CudaEvent end_event(true);
@@ -274,13 +276,9 @@ void DistributedDataParallel::finish_backward() {
       unused.push_back(params_[i].first);
       continue;
     }
-    GradBucket& bucket = buckets_[bucket_of_[i]];
-    const Tensor& p = params_[i].second;
-    Tensor view = bucket.buffer.slice(bucket.offsets[position_in_bucket_[i]],
-                                      bucket.offsets[position_in_bucket_[i]] + p.numel());
-    if (!p.grad().defined() || p.grad().data_ptr() != view.data_ptr()) p.set_grad(view.reshape(p.shape()));
+    bind_grad_to_bucket(i);
     ready_[i] = true;
-    --bucket.pending;
+    --buckets_[bucket_of_[i]].pending;
   }
   if (!unused.empty()) {
     std::string names;
@@ -300,7 +298,6 @@ void DistributedDataParallel::finish_backward() {
     bucket.work->wait();
     if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
     bucket.work.reset();
-    bucket.launched = false;
     bucket.pending = bucket.params.size();
   }
   ready_.assign(params_.size(), false);
@@ -308,7 +305,6 @@ void DistributedDataParallel::finish_backward() {
 #ifdef DPT_HAVE_CUDA
   if (timing_) finished_timing_ = std::move(timing_);
 #endif
-  ++iteration_;
   if (options_.rebuild_buckets && !rebuilt_) rebuild_from_observed_order();
 }
 

@@ -90,6 +90,8 @@ class DistributedDataParallel {
   void broadcast_from_rank0();
   void build_buckets(const std::vector<size_t>& order);
   void register_hooks();
+  Tensor bucket_view(size_t param_index) const;  // the parameter's slice of its bucket, in its shape
+  void bind_grad_to_bucket(size_t param_index);
   void on_grad_ready(size_t param_index);
   void launch_ready_buckets();
   void launch(GradBucket& bucket);
@@ -112,7 +114,6 @@ class DistributedDataParallel {
   bool in_backward_ = false;
   bool sync_enabled_ = true;
   bool rebuilt_ = false;
-  uint64_t iteration_ = 0;
   uint64_t callback_id_ = 0;
 
   // Hooks and the backward-end callback reach this object through a cell the destructor clears, so a

@@ -34,7 +34,6 @@ struct GradBucket {
   Tensor buffer;                 // flat, dtype and device of its parameters
   Tensor comm_buffer;            // buffer cast to comm_dtype, when that differs (else undefined)
   size_t pending = 0;            // gradients not yet final in this backward
-  bool launched = false;
   std::shared_ptr<class Work> work;
 };
 

@@ -17,6 +17,10 @@ namespace {
 
 constexpr int kRowsPerChunk = 32;
 
+// Statistics dtype of the op (core/ops_norm.cpp): float64 rows keep float64 statistics, others float32.
+template <class T>
+using Stats = std::conditional_t<std::is_same_v<T, double>, double, float>;
+
 template <class T, class W, class S>
 __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const W* __restrict__ w, const W* __restrict__ b,
                                           T* __restrict__ y, S* __restrict__ mean, S* __restrict__ rstd, int64_t n,
@@ -107,16 +111,12 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
   int threads = row_threads(n);
   visit_floating(x.dtype(), "layer_norm", [&](auto xt) {
     using T = decltype(xt);
+    using S = Stats<T>;
     visit_floating(weight.dtype(), "layer_norm weight", [&](auto wt) {
       using W = decltype(wt);
-      visit_floating(mean.dtype(), "layer_norm statistics", [&](auto st) {
-        using S = decltype(st);
-        if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
-          layer_norm_forward_kernel<T, W, S><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
-              x.data<T>(), weight.data<W>(), bias.data<W>(), y.data<T>(), mean.data<S>(), rstd.data<S>(), n, eps);
-          DPT_CUDA_CHECK_LAUNCH();
-        }
-      });
+      layer_norm_forward_kernel<T, W, S><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+          x.data<T>(), weight.data<W>(), bias.data<W>(), y.data<T>(), mean.data<S>(), rstd.data<S>(), n, eps);
+      DPT_CUDA_CHECK_LAUNCH();
     });
   });
 }
@@ -130,28 +130,23 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
   if (chunks == 0) chunks = 1;
   visit_floating(x.dtype(), "layer_norm backward", [&](auto xt) {
     using T = decltype(xt);
+    using S = Stats<T>;
     visit_floating(weight.dtype(), "layer_norm backward weight", [&](auto wt) {
       using W = decltype(wt);
-      visit_floating(mean.dtype(), "layer_norm backward statistics", [&](auto st) {
-        using S = decltype(st);
-        if constexpr (std::is_same_v<S, float> || std::is_same_v<S, double>) {
-          DeviceBuffer partial(static_cast<size_t>(2 * chunks * n) * sizeof(S), device);
-          S* pgw = partial.as<S>();
-          S* pgb = pgw + chunks * n;
-          if (rows > 0) {
-            layer_norm_backward_kernel<T, W, S><<<static_cast<unsigned>(chunks), row_threads(n), 0, stream>>>(
-                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(),
-                pgw, pgb, rows, n);
-            DPT_CUDA_CHECK_LAUNCH();
-          } else {
-            DPT_CUDA_CHECK(cudaMemsetAsync(pgw, 0, static_cast<size_t>(2 * chunks * n) * sizeof(S), stream));
-          }
-          column_sum_kernel<W, S><<<grid_for(n, device), kThreads, 0, stream>>>(pgw, pgb, rows > 0 ? chunks : 1, n,
-                                                                                 grad_weight.data<W>(),
-                                                                                 grad_bias.data<W>());
-          DPT_CUDA_CHECK_LAUNCH();
-        }
-      });
+      DeviceBuffer partial(static_cast<size_t>(2 * chunks * n) * sizeof(S), device);
+      S* pgw = partial.as<S>();
+      S* pgb = pgw + chunks * n;
+      if (rows > 0) {
+        layer_norm_backward_kernel<T, W, S><<<static_cast<unsigned>(chunks), row_threads(n), 0, stream>>>(
+            grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(), pgw, pgb,
+            rows, n);
+        DPT_CUDA_CHECK_LAUNCH();
+      } else {
+        DPT_CUDA_CHECK(cudaMemsetAsync(pgw, 0, static_cast<size_t>(2 * chunks * n) * sizeof(S), stream));
+      }
+      column_sum_kernel<W, S><<<grid_for(n, device), kThreads, 0, stream>>>(pgw, pgb, rows > 0 ? chunks : 1, n,
+                                                                            grad_weight.data<W>(), grad_bias.data<W>());
+      DPT_CUDA_CHECK_LAUNCH();
     });
   });
 }

@@ -19,15 +19,9 @@ struct RunResult {
 };
 
 RunResult launch(int nproc, const std::string& args) {
-  std::string cmd = std::string(DPT_BINARY_DIR) + "/bin/dpt-run --standalone --nproc-per-node " +
-                    std::to_string(nproc) + " -- " + DPT_BINARY_DIR + "/dpt_test_ddp_parity " + args + " 2>&1";
-  // The worker binary may sit next to the tests or in bin/ depending on the generator.
-  std::string alt = std::string(DPT_BINARY_DIR) + "/bin/dpt_test_ddp_parity";
-  if (std::FILE* f = std::fopen(alt.c_str(), "r")) {
-    std::fclose(f);
-    cmd = std::string(DPT_BINARY_DIR) + "/bin/dpt-run --standalone --nproc-per-node " + std::to_string(nproc) +
-          " -- " + alt + " " + args + " 2>&1";
-  }
+  const std::string bin = std::string(DPT_BINARY_DIR) + "/bin/";
+  std::string cmd = bin + "dpt-run --standalone --nproc-per-node " + std::to_string(nproc) + " -- " + bin +
+                    "dpt_test_ddp_parity " + args + " 2>&1";
   RunResult r{-1, ""};
   std::FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;
