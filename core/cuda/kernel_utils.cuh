@@ -10,6 +10,7 @@
 #include "core/cuda/check.h"
 #include "core/cuda/stream.h"
 #include "core/dtype.h"
+#include "core/dtype_visit.h"
 #include "core/error.h"
 #include "core/tensor.h"
 
@@ -40,47 +41,17 @@ __host__ __device__ __forceinline__ To convert(From v) {
 
 template <class F>
 decltype(auto) visit_floating(DType dtype, const char* what, F&& f) {
-  switch (dtype) {
-    case DType::Float32:
-      return f(float{});
-    case DType::Float64:
-      return f(double{});
-    case DType::BFloat16:
-      return f(bf16_t{});
-    default:
-      break;
-  }
-  DPT_FAIL("{} (CUDA): expected a floating dtype (float32, float64, bfloat16), found {}", what, dtype_name(dtype));
+  return dtype_visit::floating<bf16_t>(dtype, what, " (CUDA)", std::forward<F>(f));
 }
 
 template <class F>
 decltype(auto) visit_all(DType dtype, F&& f) {
-  switch (dtype) {
-    case DType::Float32:
-      return f(float{});
-    case DType::Float64:
-      return f(double{});
-    case DType::BFloat16:
-      return f(bf16_t{});
-    case DType::Int32:
-      return f(int32_t{});
-    case DType::Int64:
-      return f(int64_t{});
-  }
-  DPT_FAIL("unknown dtype {}", static_cast<int>(dtype));
+  return dtype_visit::all<bf16_t>(dtype, std::forward<F>(f));
 }
 
 template <class F>
 decltype(auto) visit_index(DType dtype, const char* what, F&& f) {
-  switch (dtype) {
-    case DType::Int32:
-      return f(int32_t{});
-    case DType::Int64:
-      return f(int64_t{});
-    default:
-      break;
-  }
-  DPT_FAIL("{} (CUDA): expected int32 or int64 indices, found {}", what, dtype_name(dtype));
+  return dtype_visit::index(dtype, what, " (CUDA)", std::forward<F>(f));
 }
 
 template <class T>
