@@ -154,8 +154,8 @@ int run_train_bench(int argc, char** argv) {
   }
 
   auto step = [&]() {
-    opt.zero_grad();
     model->zero_grad();
+    if (mp.enabled()) opt.zero_grad();  // float32 masters are separate tensors only under bf16
     Tensor loss = w.gpt ? static_cast<nn::GPT&>(*model).loss(x, y) : nn::cross_entropy_loss(model->forward(x), y);
     loss.backward();
     mp.grads_to_master();
