@@ -1,13 +1,24 @@
 // Fused LayerNorm (see core/ops_norm.h for the math).
 //
-// Forward: one block per row; the block sums x, then the squared deviations (the second pass re-reads
-// the row, which a block just touched, from L1/L2), and writes y once. Statistics in float (double for
-// float64 input), so bf16 rows are normalised with float32 accuracy.
+// Fast path (the row fits in registers: n a multiple of the 16-byte vector width V and at most
+// 32 * 8 vectors, 16-byte aligned rows, weights of the input dtype or float32): one warp per row. Lane l
+// holds vectors l, l + 32, ... of the row (K of them, a compile-time count), so x is read from memory
+// exactly once; the mean, the squared deviations and, in backward, the two row means that gx needs are
+// warp-shuffle sums with no shared memory and no __syncthreads.
 //
-// Backward: block b owns rows [b * kRowsPerChunk, ...). For each row it forms the two row means that
-// gx needs, writes gx, and adds gy * xhat and gy into its own partial row of gw/gb (thread t owns
-// columns t, t + blockDim, ..., so no two threads touch one value). A second kernel sums the partial
-// rows column by column in chunk order. No atomics: the result is the same bits every run.
+// Backward fast path: block b's warps walk rows b * W + warp, stepping by gridDim.x * W. Each lane owns
+// the same columns in every row, so it accumulates gy * xhat and gy for them in registers; the block's
+// warps then add their sums into shared memory in warp order and the block writes one partial row of
+// gw/gb. The grid size depends only on the row count, so the order of every addition is fixed.
+//
+// Fallback (any n, any weight dtype): one block per row in forward; in backward block b owns
+// kRowsPerChunk consecutive rows and accumulates into its own partial row (thread t owns columns
+// t, t + blockDim, ...). Both backward paths finish with column_sum_kernel, which sums the partial rows
+// of each column in a fixed order. No atomics: the result is the same bits every run.
+//
+// Statistics in float (double for float64 input), so bf16 rows are normalised with float32 accuracy.
+#include <algorithm>
+
 #include "core/cuda/kernel_utils.cuh"
 #include "core/norm_kernels.h"
 
@@ -16,16 +27,179 @@ namespace dpt::cuda_kernels {
 namespace {
 
 constexpr int kRowsPerChunk = 32;
+constexpr int kWarpsPerBlock = 8;       // rows in flight per block on the fast path
+constexpr int kMaxVecsPerLane = 8;      // fast path: n <= 32 * 8 * V
+constexpr int64_t kBwdRowsPerWarp = 4;  // backward fast path: rows each warp walks (before the cap)
+constexpr int64_t kBwdMaxBlocks = 1024;
 
 // Statistics dtype of the op (core/ops_norm.cpp): float64 rows keep float64 statistics, others float32.
 template <class T>
 using Stats = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// ---- fast path: one warp per row, the row in registers ---------------------------------------------
+
+template <class T, class W, class S, int K>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    layer_norm_forward_warp_kernel(const T* __restrict__ x, const W* __restrict__ w, const W* __restrict__ b,
+                                   T* __restrict__ y, S* __restrict__ mean, S* __restrict__ rstd, int64_t rows, int n,
+                                   double eps) {
+  constexpr int V = vec_width<T>();
+  using C = S;
+  const int lane = threadIdx.x & 31;
+  const int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + (threadIdx.x >> 5);
+  if (row >= rows) return;  // the whole warp leaves together, so the shuffles below stay full-warp
+  const int nvec = n / V;
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x + row * n);
+  C v[K][V];
+  C sum = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j < nvec) {
+      const Vec<T, V> t = xv[j];
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        v[k][q] = convert<C>(t.v[q]);
+        sum += v[k][q];
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q) v[k][q] = 0;
+    }
+  }
+  const C mu = warp_sum(sum) / static_cast<C>(n);
+  C sq = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    if (lane + 32 * k < nvec) {
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        const C d = v[k][q] - mu;
+        sq += d * d;
+      }
+    }
+  }
+  const C rs = C(1) / sqrt(warp_sum(sq) / static_cast<C>(n) + static_cast<C>(eps));
+  if (lane == 0) {
+    mean[row] = mu;
+    rstd[row] = rs;
+  }
+  const auto* wv = reinterpret_cast<const Vec<W, V>*>(w);
+  const auto* bv = reinterpret_cast<const Vec<W, V>*>(b);
+  auto* yv = reinterpret_cast<Vec<T, V>*>(y + row * n);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j < nvec) {
+      const Vec<W, V> wj = wv[j], bj = bv[j];
+      Vec<T, V> out;
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        out.v[q] = convert<T>((v[k][q] - mu) * rs * convert<C>(wj.v[q]) + convert<C>(bj.v[q]));
+      }
+      yv[j] = out;
+    }
+  }
+}
+
+template <class T, class W, class S, int K>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32)
+    layer_norm_backward_warp_kernel(const T* __restrict__ gy, const T* __restrict__ x, const W* __restrict__ w,
+                                    const S* __restrict__ mean, const S* __restrict__ rstd, T* __restrict__ gx,
+                                    S* __restrict__ partial_gw, S* __restrict__ partial_gb, int64_t rows, int n) {
+  constexpr int V = vec_width<T>();
+  using C = S;
+  extern __shared__ unsigned char ln_smem[];  // 2 * n values of S: the block's gw and gb sums
+  S* sgw = reinterpret_cast<S*>(ln_smem);
+  S* sgb = sgw + n;
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  const int nvec = n / V;
+  const auto* wv = reinterpret_cast<const Vec<W, V>*>(w);
+  C acc_w[K][V], acc_b[K][V];
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+#pragma unroll
+    for (int q = 0; q < V; ++q) acc_w[k][q] = acc_b[k][q] = 0;
+  }
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  // Warps without rows fall through with zero sums: every warp must reach the __syncthreads below.
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < rows; row += step) {
+    const auto* xv = reinterpret_cast<const Vec<T, V>*>(x + row * n);
+    const auto* gv = reinterpret_cast<const Vec<T, V>*>(gy + row * n);
+    const C mu = mean[row], rs = rstd[row];
+    C xhat[K][V], dy[K][V];
+    C sum_g = 0, sum_gx = 0;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nvec) {
+        const Vec<T, V> xt = xv[j], gt = gv[j];
+        const Vec<W, V> wt = wv[j];
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          xhat[k][q] = (convert<C>(xt.v[q]) - mu) * rs;
+          dy[k][q] = convert<C>(gt.v[q]);
+          const C g = dy[k][q] * convert<C>(wt.v[q]);
+          sum_g += g;
+          sum_gx += g * xhat[k][q];
+        }
+      } else {
+#pragma unroll
+        for (int q = 0; q < V; ++q) xhat[k][q] = dy[k][q] = 0;
+      }
+    }
+    const C mean_g = warp_sum(sum_g) / static_cast<C>(n);
+    const C mean_gx = warp_sum(sum_gx) / static_cast<C>(n);
+    auto* gxv = reinterpret_cast<Vec<T, V>*>(gx + row * n);
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nvec) {
+        const Vec<W, V> wt = wv[j];  // re-read from L1 rather than held in registers across the shuffles
+        Vec<T, V> out;
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          out.v[q] = convert<T>(rs * (dy[k][q] * convert<C>(wt.v[q]) - mean_g - xhat[k][q] * mean_gx));
+          acc_w[k][q] += dy[k][q] * xhat[k][q];
+          acc_b[k][q] += dy[k][q];
+        }
+        gxv[j] = out;
+      }
+    }
+  }
+  // The block's warps add their column sums into shared memory one warp at a time, in warp order.
+  for (int turn = 0; turn < kWarpsPerBlock; ++turn) {
+    if (warp == turn) {
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+        const int j = lane + 32 * k;
+        if (j < nvec) {
+#pragma unroll
+          for (int q = 0; q < V; ++q) {
+            const int col = j * V + q;
+            sgw[col] = turn == 0 ? acc_w[k][q] : sgw[col] + acc_w[k][q];
+            sgb[col] = turn == 0 ? acc_b[k][q] : sgb[col] + acc_b[k][q];
+          }
+        }
+      }
+    }
+    __syncthreads();
+  }
+  S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
+  S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += blockDim.x) {
+    pgw[i] = sgw[i];
+    pgb[i] = sgb[i];
+  }
+}
+
+// ---- fallback: one block per row (forward), kRowsPerChunk rows per block (backward) ---------------
+
 template <class T, class W, class S>
 __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const W* __restrict__ w, const W* __restrict__ b,
                                           T* __restrict__ y, S* __restrict__ mean, S* __restrict__ rstd, int64_t n,
                                           double eps) {
-  using C = S;  // float, or double for float64
+  using C = S;
   __shared__ C scratch[32];
   const int64_t row = blockIdx.x;
   const T* xr = x + row * n;
@@ -87,34 +261,98 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ gy, const T* __
   }
 }
 
+// gw[i] = sum over chunks of partial_gw[chunk][i] (likewise gb). Block (32, kSumLanes) owns 32 columns:
+// thread (tx, ty) adds chunks ty, ty + kSumLanes, ... of column tx in order (a warp reads 32 neighbouring
+// values), then thread (tx, 0) adds the kSumLanes sums in ty order. Fixed order, so fixed bits.
+constexpr int kSumLanes = 16;
+
 template <class W, class S>
-__global__ void column_sum_kernel(const S* __restrict__ partial_gw, const S* __restrict__ partial_gb, int64_t chunks,
-                                  int64_t n, W* __restrict__ gw, W* __restrict__ gb) {
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n;
-       i += static_cast<int64_t>(gridDim.x) * blockDim.x) {
-    S sw = 0, sb = 0;
-    for (int64_t c = 0; c < chunks; ++c) {
-      sw += partial_gw[c * n + i];
-      sb += partial_gb[c * n + i];
+__global__ void __launch_bounds__(32 * kSumLanes)
+    column_sum_kernel(const S* __restrict__ partial_gw, const S* __restrict__ partial_gb, int64_t chunks, int64_t n,
+                      W* __restrict__ gw, W* __restrict__ gb) {
+  __shared__ S sw[kSumLanes][33], sb[kSumLanes][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t col = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  S w = 0, b = 0;
+  if (col < n) {
+    for (int64_t c = ty; c < chunks; c += kSumLanes) {
+      w += partial_gw[c * n + col];
+      b += partial_gb[c * n + col];
     }
-    gw[i] = convert<W>(sw);
-    gb[i] = convert<W>(sb);
+  }
+  sw[ty][tx] = w;
+  sb[ty][tx] = b;
+  __syncthreads();
+  if (ty == 0 && col < n) {
+    for (int l = 1; l < kSumLanes; ++l) {
+      w += sw[l][tx];
+      b += sb[l][tx];
+    }
+    gw[col] = convert<W>(w);
+    gb[col] = convert<W>(b);
   }
 }
+
+// Vectors per lane for the warp-per-row path, or 0 when the row does not fit it.
+template <class T, class W>
+int warp_row_vectors(int64_t n, const void* x, const void* y, const void* w, const void* b) {
+  constexpr int V = vec_width<T>();
+  if (n <= 0 || n % V != 0 || n > int64_t{32} * kMaxVecsPerLane * V) return 0;
+  const uintptr_t wa = static_cast<uintptr_t>(V) * sizeof(W);
+  if (!aligned16(x) || !aligned16(y) || reinterpret_cast<uintptr_t>(w) % wa != 0 ||
+      (b != nullptr && reinterpret_cast<uintptr_t>(b) % wa != 0)) {
+    return 0;
+  }
+  const int per_lane = static_cast<int>((n / V + 31) / 32);
+  // Instantiated counts: 1, 2, 3, 4, 6, 8.
+  if (per_lane <= 4) return per_lane;
+  return per_lane <= 6 ? 6 : 8;
+}
+
+// Calls f(std::integral_constant<int, K>{}) for the instantiated vector counts.
+template <class F>
+void with_vectors(int k, F&& f) {
+  switch (k) {
+    case 1: f(std::integral_constant<int, 1>{}); break;
+    case 2: f(std::integral_constant<int, 2>{}); break;
+    case 3: f(std::integral_constant<int, 3>{}); break;
+    case 4: f(std::integral_constant<int, 4>{}); break;
+    case 6: f(std::integral_constant<int, 6>{}); break;
+    default: f(std::integral_constant<int, 8>{}); break;
+  }
+}
+
+// The fast path is instantiated for weights of the input dtype or float32 (mixed-precision masters).
+template <class T, class W>
+constexpr bool kWarpRowWeights = std::is_same_v<T, W> || std::is_same_v<W, float>;
+
+int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, const Tensor& mean,
                         const Tensor& rstd, int64_t rows, int64_t n, double eps) {
-  if (rows == 0) return;
+  if (rows == 0 || n == 0) return;
   cudaStream_t stream = cuda::current_stream(x.device().index);
-  int threads = row_threads(n);
   visit_floating(x.dtype(), "layer_norm", [&](auto xt) {
     using T = decltype(xt);
     using S = Stats<T>;
     visit_floating(weight.dtype(), "layer_norm weight", [&](auto wt) {
       using W = decltype(wt);
-      layer_norm_forward_kernel<T, W, S><<<static_cast<unsigned>(rows), threads, 0, stream>>>(
+      if constexpr (kWarpRowWeights<T, W>) {
+        const int k = warp_row_vectors<T, W>(n, x.data_ptr(), y.data_ptr(), weight.data_ptr(), bias.data_ptr());
+        if (k > 0) {
+          with_vectors(k, [&](auto kc) {
+            const auto blocks = static_cast<unsigned>(ceil_div(rows, kWarpsPerBlock));
+            layer_norm_forward_warp_kernel<T, W, S, decltype(kc)::value><<<blocks, kWarpsPerBlock * 32, 0, stream>>>(
+                x.data<T>(), weight.data<W>(), bias.data<W>(), y.data<T>(), mean.data<S>(), rstd.data<S>(), rows,
+                static_cast<int>(n), eps);
+          });
+          DPT_CUDA_CHECK_LAUNCH();
+          return;
+        }
+      }
+      layer_norm_forward_kernel<T, W, S><<<static_cast<unsigned>(rows), std::min(row_threads(n), 256), 0, stream>>>(
           x.data<T>(), weight.data<W>(), bias.data<W>(), y.data<T>(), mean.data<S>(), rstd.data<S>(), n, eps);
       DPT_CUDA_CHECK_LAUNCH();
     });
@@ -124,28 +362,49 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
                          int64_t rows, int64_t n) {
+  if (n == 0) return;
   int device = x.device().index;
   cudaStream_t stream = cuda::current_stream(device);
-  int64_t chunks = (rows + kRowsPerChunk - 1) / kRowsPerChunk;
-  if (chunks == 0) chunks = 1;
   visit_floating(x.dtype(), "layer_norm backward", [&](auto xt) {
     using T = decltype(xt);
     using S = Stats<T>;
     visit_floating(weight.dtype(), "layer_norm backward weight", [&](auto wt) {
       using W = decltype(wt);
+      if (rows == 0) {  // no rows: the parameter gradients are empty sums (all-zero bits in every dtype)
+        DPT_CUDA_CHECK(cudaMemsetAsync(grad_weight.data_ptr(), 0, static_cast<size_t>(n) * sizeof(W), stream));
+        DPT_CUDA_CHECK(cudaMemsetAsync(grad_bias.data_ptr(), 0, static_cast<size_t>(n) * sizeof(W), stream));
+        return;
+      }
+      int k = 0;
+      if constexpr (kWarpRowWeights<T, W>) {
+        k = std::min(warp_row_vectors<T, W>(n, x.data_ptr(), grad_x.data_ptr(), weight.data_ptr(), nullptr),
+                     aligned16(grad_y.data_ptr()) ? 8 : 0);
+      }
+      // Partial rows: one per block on the fast path (the grid depends on `rows` only), one per chunk
+      // of kRowsPerChunk rows otherwise.
+      const int64_t chunks = k > 0 ? std::min(ceil_div(rows, kWarpsPerBlock * kBwdRowsPerWarp), kBwdMaxBlocks)
+                                   : ceil_div(rows, kRowsPerChunk);
       DeviceBuffer partial(static_cast<size_t>(2 * chunks * n) * sizeof(S), device);
       S* pgw = partial.as<S>();
       S* pgb = pgw + chunks * n;
-      if (rows > 0) {
-        layer_norm_backward_kernel<T, W, S><<<static_cast<unsigned>(chunks), row_threads(n), 0, stream>>>(
+      if constexpr (kWarpRowWeights<T, W>) {
+        if (k > 0) {
+          with_vectors(k, [&](auto kc) {
+            layer_norm_backward_warp_kernel<T, W, S, decltype(kc)::value>
+                <<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32, 2 * n * sizeof(S), stream>>>(
+                    grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(),
+                    pgw, pgb, rows, static_cast<int>(n));
+          });
+        }
+      }
+      if (k == 0) {
+        layer_norm_backward_kernel<T, W, S><<<static_cast<unsigned>(chunks), std::min(row_threads(n), 256), 0, stream>>>(
             grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(), pgw, pgb,
             rows, n);
-        DPT_CUDA_CHECK_LAUNCH();
-      } else {
-        DPT_CUDA_CHECK(cudaMemsetAsync(pgw, 0, static_cast<size_t>(2 * chunks * n) * sizeof(S), stream));
       }
-      column_sum_kernel<W, S><<<grid_for(n, device), kThreads, 0, stream>>>(pgw, pgb, rows > 0 ? chunks : 1, n,
-                                                                            grad_weight.data<W>(), grad_bias.data<W>());
+      DPT_CUDA_CHECK_LAUNCH();
+      column_sum_kernel<W, S><<<static_cast<unsigned>(ceil_div(n, 32)), dim3(32, kSumLanes), 0, stream>>>(
+          pgw, pgb, chunks, n, grad_weight.data<W>(), grad_bias.data<W>());
       DPT_CUDA_CHECK_LAUNCH();
     });
   });
