@@ -4,6 +4,10 @@ performance section). Builds the same model, batch and optimizer as `dpt-bench t
 number of steps, and prints one JSON line per workload with tokens/s (or samples/s), median step time,
 MFU and peak memory, so the project script can print ratios measured in the same run.
 
+Under torchrun (WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel (NCCL, default 25 MB
+buckets, each rank its own batch of the same per-GPU size: weak scaling) and rank 0 prints the per-GPU
+throughput with "world": N, which is what scripts/gpu-scaling.sh compares dptrain's DDP against.
+
 Workloads (BENCHMARKS.md): gpt2_124m (12L, d768, 12H, T1024, V50304, B16), mlp_92m (1024 -> 6x4096
 ReLU -> 1000, B512), tiny_gpt (4L, d256, 4H, T256, V4096, B32). AdamW (fused), bf16 autocast.
 """
@@ -12,7 +16,10 @@ import json
 import math
 import time
 
+import os
+
 import torch
+import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
@@ -92,7 +99,8 @@ def flops_per_step(cfg, n_params):
 def run(name, steps, warmup, precision, compile_model, peak_tflops):
     cfg = WORKLOADS[name]
     torch.manual_seed(0)
-    dev = "cuda"
+    world, rank = dist.get_world_size() if dist.is_initialized() else 1, dist.get_rank() if dist.is_initialized() else 0
+    dev = f"cuda:{torch.cuda.current_device()}"
     model = (GPT(**cfg) if cfg["kind"] == "gpt" else MLP(**cfg)).to(dev)
     n_params = sum(p.numel() for p in model.parameters())
     decay = [p for p in model.parameters() if p.dim() >= 2]
@@ -100,6 +108,9 @@ def run(name, steps, warmup, precision, compile_model, peak_tflops):
     opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
                             lr=3e-4, betas=(0.9, 0.95), fused=True)
     step_model = torch.compile(model) if compile_model else model
+    if world > 1:
+        step_model = torch.nn.parallel.DistributedDataParallel(step_model, device_ids=[torch.cuda.current_device()])
+    torch.manual_seed(1 + rank)  # each rank its own batch
     if cfg["kind"] == "gpt":
         x = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]), device=dev)
         y = torch.randint(0, cfg["vocab"], (cfg["batch"], cfg["seq"]), device=dev)
@@ -134,7 +145,8 @@ def run(name, steps, warmup, precision, compile_model, peak_tflops):
     times.sort()
     median = times[len(times) // 2]
     flops = flops_per_step(cfg, n_params)
-    return dict(system="pytorch-compile" if compile_model else "pytorch-eager", workload=name, precision=precision,
+    return dict(system=("pytorch-compile" if compile_model else "pytorch-eager") + ("+ddp" if world > 1 else ""),
+                workload=name, precision=precision, world=world,
                 device=torch.cuda.get_device_name(), params=n_params, step_ms=median * 1e3,
                 throughput=units / median, unit="tokens/s" if cfg["kind"] == "gpt" else "samples/s",
                 mfu=flops / median / (peak_tflops * 1e12), peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,
@@ -150,8 +162,15 @@ def main():
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak for MFU (H100 SXM: 989)")
     args = ap.parse_args()
+    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
+        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl")
     for name in args.workload or sorted(WORKLOADS):
-        print(json.dumps(run(name, args.steps, args.warmup, args.precision, args.compile, args.peak_tflops)), flush=True)
+        result = run(name, args.steps, args.warmup, args.precision, args.compile, args.peak_tflops)
+        if not dist.is_initialized() or dist.get_rank() == 0:
+            print(json.dumps(result), flush=True)
+    if dist.is_initialized():
+        dist.destroy_process_group()
 
 
 if __name__ == "__main__":

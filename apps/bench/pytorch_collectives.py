@@ -28,6 +28,7 @@ def main():
     p.add_argument("--dtype", default="f32", choices=["f32", "bf16"])
     p.add_argument("--warmup", type=int, default=5)
     p.add_argument("--iters", type=int, default=20)
+    p.add_argument("--csv", help="also write the rows here (dpt-bench collectives' columns)")
     a = p.parse_args()
     local = int(os.environ.get("LOCAL_RANK", 0))
     torch.cuda.set_device(local)
@@ -35,6 +36,9 @@ def main():
     n, r = dist.get_world_size(), dist.get_rank()
     dtype = torch.float32 if a.dtype == "f32" else torch.bfloat16
     elem = torch.tensor([], dtype=dtype).element_size()
+    csv = open(a.csv, "w") if a.csv and r == 0 else None
+    if csv:
+        csv.write("op,backend,dtype,ranks,bytes,count,time_us,algbw_GBps,busbw_GBps\n")
     if r == 0:
         print(f"# pytorch {torch.__version__} collectives: nccl, {n} ranks, {dtype}, median of {a.iters}")
         print(f"{'op':15} {'size(B)':>14} {'time(us)':>12} {'algbw(GB/s)':>11} {'busbw(GB/s)':>11}")
@@ -73,7 +77,11 @@ def main():
             factor = {"allreduce": 2 * (n - 1) / n, "broadcast": 1.0}.get(op, (n - 1) / n)
             if r == 0:
                 print(f"{op:15} {nbytes:14d} {t:12.2f} {algbw:11.2f} {algbw * factor:11.2f}", flush=True)
+                if csv:
+                    csv.write(f"{op},nccl,{a.dtype},{n},{nbytes},{count},{t},{algbw},{algbw * factor}\n")
             size *= a.step_factor
+    if csv:
+        csv.close()
     dist.destroy_process_group()
 
 

@@ -102,7 +102,10 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
   std::string cmd = dir + "/dpt-run --standalone --nproc-per-node " + std::to_string(gpus) + " -- " + dir +
                     "/dpt-bench train --workload " + a.workload + " --precision " + a.precision + " --steps " +
                     std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup) + " --bucket-cap-mb " +
-                    std::to_string(bucket_cap_mb) + " --device " + a.device + " 2>&1";
+                    std::to_string(bucket_cap_mb) + " --device " + a.device;
+  // Extra `dpt-bench train` options for every run (e.g. --overlap-optimizer), from the environment.
+  if (const char* extra = std::getenv("DPT_BENCH_TRAIN_ARGS")) cmd += std::string(" ") + extra;
+  cmd += " 2>&1";
   std::FILE* pipe = popen(cmd.c_str(), "r");
   DPT_CHECK(pipe != nullptr, "dpt-bench scaling: cannot run {}", cmd);
   std::string output, json;
