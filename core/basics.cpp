@@ -20,6 +20,7 @@ size_t dtype_size(DType dtype) {
   switch (dtype) {
     case DType::Float32: return 4;
     case DType::BFloat16: return 2;
+    case DType::Float16: return 2;
     case DType::Float64: return 8;
     case DType::Int32: return 4;
     case DType::Int64: return 8;
@@ -31,6 +32,7 @@ const char* dtype_name(DType dtype) {
   switch (dtype) {
     case DType::Float32: return "float32";
     case DType::BFloat16: return "bfloat16";
+    case DType::Float16: return "float16";
     case DType::Float64: return "float64";
     case DType::Int32: return "int32";
     case DType::Int64: return "int64";
@@ -39,16 +41,17 @@ const char* dtype_name(DType dtype) {
 }
 
 bool is_floating(DType dtype) {
-  return dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float64;
+  return dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16 || dtype == DType::Float64;
 }
 
 DType parse_dtype(const std::string& name) {
   if (name == "float32" || name == "fp32" || name == "f32") return DType::Float32;
   if (name == "bfloat16" || name == "bf16") return DType::BFloat16;
+  if (name == "float16" || name == "fp16" || name == "f16" || name == "half") return DType::Float16;
   if (name == "float64" || name == "fp64" || name == "f64") return DType::Float64;
   if (name == "int32") return DType::Int32;
   if (name == "int64") return DType::Int64;
-  DPT_FAIL("unknown dtype '{}' (expected float32, bfloat16, float64, int32 or int64)", name);
+  DPT_FAIL("unknown dtype '{}' (expected float32, bfloat16, float16, float64, int32 or int64)", name);
 }
 
 Device Device::parse(const std::string& text) {

@@ -1,6 +1,7 @@
 #include "core/factory.h"
 
 #include "core/bfloat16.h"
+#include "core/float16.h"
 #include "core/error.h"
 #include "core/kernels.h"
 
@@ -44,6 +45,11 @@ Tensor from_vector(const std::vector<T>& values, const Shape& shape, const Tenso
     case DType::BFloat16: {
       bf16* p = host.data<bf16>();
       for (size_t i = 0; i < values.size(); ++i) p[i] = bf16(static_cast<float>(values[i]));
+      break;
+    }
+    case DType::Float16: {
+      f16* p = host.data<f16>();
+      for (size_t i = 0; i < values.size(); ++i) p[i] = f16(static_cast<float>(values[i]));
       break;
     }
   }

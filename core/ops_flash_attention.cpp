@@ -10,7 +10,8 @@
 namespace dpt {
 
 bool fused_causal_attention_supported(DType dtype, int64_t head_dim) {
-  return (dtype == DType::Float32 || dtype == DType::BFloat16) && (head_dim == 32 || head_dim == 64 || head_dim == 128);
+  return (dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16) &&
+         (head_dim == 32 || head_dim == 64 || head_dim == 128);
 }
 
 Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_in, double scale) {

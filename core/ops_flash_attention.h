@@ -7,8 +7,9 @@
 // tile by tile. With D_i = sum_d dO_id O_id and dS_ij = p_ij (dO_i . v_j - D_i):
 //   dV_j = sum_{i >= j} p_ij dO_i,   dK_j = scale * sum_{i >= j} dS_ij q_i,   dQ_i = scale * sum_{j <= i} dS_ij k_j.
 //
-// CPU: a reference implementation (double accumulation) for float32, float64 and bfloat16.
-// CUDA: own kernels (core/cuda/flash_attention.cu) for float32 and bfloat16 with D in {32, 64, 128}; any
+// CPU: a reference implementation (double accumulation) for float32, float64, bfloat16 and float16.
+// CUDA: own kernels (core/cuda/flash_attention.cu) for float32, bfloat16 (tensor cores) and float16
+// (SIMT kernels, float32 arithmetic) with D in {32, 64, 128}; any
 // other CUDA case (float64, another head size) takes the composed path matmul -> causal_softmax ->
 // matmul, which is mathematically the same op.
 #include "core/tensor.h"

@@ -278,6 +278,7 @@ std::string json_quote(const std::string& s) {
 bool parse_safetensors_dtype(const std::string& name, DType* out) {
   if (name == "F32") *out = DType::Float32;
   else if (name == "BF16") *out = DType::BFloat16;
+  else if (name == "F16") *out = DType::Float16;
   else if (name == "F64") *out = DType::Float64;
   else if (name == "I32") *out = DType::Int32;
   else if (name == "I64") *out = DType::Int64;
@@ -406,8 +407,8 @@ Entry parse_entry(const std::string& name, const Json& value, const std::string&
   if (!parse_safetensors_dtype(dtype, &e.dtype)) {
     DPT_CHECK(!is_known_safetensors_dtype(dtype),
               "safetensors file '{}': tensor '{}' has dtype {}, which dptrain cannot hold (expected F32, BF16, "
-              "F64, I32 or I64)", path, name, dtype);
-    DPT_FAIL("safetensors file '{}': tensor '{}' has unknown dtype '{}' (expected F32, BF16, F64, I32 or I64)", path,
+              "F16, F64, I32 or I64)", path, name, dtype);
+    DPT_FAIL("safetensors file '{}': tensor '{}' has unknown dtype '{}' (expected F32, BF16, F16, F64, I32 or I64)", path,
              name, dtype);
   }
   for (const Json& d : member(value, "shape", Json::Kind::Array, path, name).items) {
@@ -451,6 +452,7 @@ const char* safetensors_dtype_name(DType dtype) {
   switch (dtype) {
     case DType::Float32: return "F32";
     case DType::BFloat16: return "BF16";
+    case DType::Float16: return "F16";
     case DType::Float64: return "F64";
     case DType::Int32: return "I32";
     case DType::Int64: return "I64";

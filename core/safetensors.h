@@ -41,7 +41,7 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors,
 // Reads and validates a whole file into CPU tensors. Errors name the file and the kind of damage.
 SafetensorsContents load_safetensors(const std::string& path);
 
-// safetensors dtype names ("F32", "BF16", "F64", "I32", "I64") for the dtypes a Tensor can hold.
+// safetensors dtype names ("F32", "BF16", "F16", "F64", "I32", "I64") for the dtypes a Tensor can hold.
 const char* safetensors_dtype_name(DType dtype);
 
 // Writes `bytes` to `path` with the same atomic protocol as save_safetensors.

@@ -6,6 +6,7 @@
 
 #include "core/autograd.h"
 #include "core/bfloat16.h"
+#include "core/float16.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/ops.h"
@@ -188,6 +189,11 @@ std::vector<T> Tensor::to_vector() const {
     case DType::Float32: convert(host.data<float>()); break;
     case DType::BFloat16: {
       const bf16* p = host.data<bf16>();
+      for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(static_cast<float>(p[i]));
+      break;
+    }
+    case DType::Float16: {
+      const f16* p = host.data<f16>();
       for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<T>(static_cast<float>(p[i]));
       break;
     }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "core/float16.h"
 #include "core/conv_kernels.h"
 #include "core/error.h"
 
@@ -13,7 +14,7 @@ namespace dpt::conv::cpu {
 
 namespace {
 
-// Accumulate in double for float64, in float otherwise (bf16 rounds once, on store).
+// Accumulate in double for float64, in float otherwise (bf16 and f16 round once, on store).
 template <class T>
 using Acc = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
@@ -28,6 +29,7 @@ void dispatch(DType dtype, const char* op, F&& f) {
     case DType::Float32: f(float{}); break;
     case DType::Float64: f(double{}); break;
     case DType::BFloat16: f(bf16{}); break;
+    case DType::Float16: f(f16{}); break;
     default: DPT_FAIL("{}: expected a floating tensor, found {}", op, dtype_name(dtype));
   }
 }

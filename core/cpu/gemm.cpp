@@ -1,5 +1,5 @@
 // Batched row-major GEMM through Eigen: C[b] = alpha * op(A[b]) @ op(B[b]) + beta * C[b].
-// bfloat16 operands are widened to float32 once, multiplied in float32 and rounded on store.
+// bfloat16 and float16 operands are widened to float32 once, multiplied in float32 and rounded on store.
 #include <Eigen/Core>
 #include <vector>
 
@@ -36,11 +36,22 @@ void gemm_typed(const T* a, const T* b, T* c, const GemmArgs& g) {
   }
 }
 
+template <class H>
 std::vector<float> widen(const Tensor& t) {
   std::vector<float> out(static_cast<size_t>(t.numel()));
-  const bf16* p = t.data<bf16>();
+  const H* p = t.data<H>();
   for (size_t i = 0; i < out.size(); ++i) out[i] = static_cast<float>(p[i]);
   return out;
+}
+
+// 16-bit operands: one float32 product, rounded once into c.
+template <class H>
+void gemm_half_width(const Tensor& a, const Tensor& b, const Tensor& c, const GemmArgs& args) {
+  std::vector<float> fa = widen<H>(a), fb = widen<H>(b);
+  std::vector<float> fc = args.beta == 0 ? std::vector<float>(static_cast<size_t>(c.numel())) : widen<H>(c);
+  gemm_typed(fa.data(), fb.data(), fc.data(), args);
+  H* pc = c.data<H>();
+  for (size_t i = 0; i < fc.size(); ++i) pc[i] = H(fc[i]);
 }
 
 }  // namespace
@@ -62,14 +73,12 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmArgs& arg
     case DType::Float64:
       gemm_typed(a.data<double>(), b.data<double>(), c.data<double>(), args);
       break;
-    case DType::BFloat16: {
-      std::vector<float> fa = widen(a), fb = widen(b);
-      std::vector<float> fc = args.beta == 0 ? std::vector<float>(static_cast<size_t>(c.numel())) : widen(c);
-      gemm_typed(fa.data(), fb.data(), fc.data(), args);
-      bf16* pc = c.data<bf16>();
-      for (size_t i = 0; i < fc.size(); ++i) pc[i] = bf16(fc[i]);
+    case DType::BFloat16:
+      gemm_half_width<bf16>(a, b, c, args);
       break;
-    }
+    case DType::Float16:
+      gemm_half_width<f16>(a, b, c, args);
+      break;
     default:
       DPT_FAIL("gemm kernel: expected a floating dtype, found {}", dtype_name(c.dtype()));
   }

@@ -22,11 +22,12 @@ cudnnDataType_t data_type(DType dtype) {
     case DType::Float32: return CUDNN_DATA_FLOAT;
     case DType::Float64: return CUDNN_DATA_DOUBLE;
     case DType::BFloat16: return CUDNN_DATA_BFLOAT16;
+    case DType::Float16: return CUDNN_DATA_HALF;
     default: DPT_FAIL("cuDNN convolution: unsupported dtype {}", dtype_name(dtype));
   }
 }
 
-// Accumulation type: float for float32 and bfloat16, double for float64.
+// Accumulation type: float for float32, bfloat16 and float16, double for float64.
 cudnnDataType_t compute_type(DType dtype) { return dtype == DType::Float64 ? CUDNN_DATA_DOUBLE : CUDNN_DATA_FLOAT; }
 
 // alpha = 1, beta = 0 in the scaling type cuDNN expects (double for double data, float otherwise).
@@ -68,9 +69,10 @@ struct ConvDesc {
     const int pad = static_cast<int>(g.padding), stride = static_cast<int>(g.stride);
     DPT_CUDNN_CHECK(cudnnSetConvolution2dDescriptor(d, pad, pad, stride, stride, 1, 1, CUDNN_CROSS_CORRELATION,
                                                     compute_type(dtype)));
-    // float32 stays IEEE (no TF32) unless the user allowed TF32 for matmuls too; bf16 uses tensor cores.
+    // float32 stays IEEE (no TF32) unless the user allowed TF32 for matmuls too; bf16 and fp16 use
+    // tensor cores.
     cudnnMathType_t math = CUDNN_FMA_MATH;
-    if (dtype == DType::BFloat16) math = CUDNN_TENSOR_OP_MATH;
+    if (dtype == DType::BFloat16 || dtype == DType::Float16) math = CUDNN_TENSOR_OP_MATH;
     if (dtype == DType::Float32 && dpt::cuda::allow_tf32()) math = CUDNN_DEFAULT_MATH;
     DPT_CUDNN_CHECK(cudnnSetConvolutionMathType(d, math));
   }

@@ -36,7 +36,8 @@
 //   Used when every tensor starts 16-byte aligned (tile loads are 16-byte vectors) and DPT_FLASH_SIMT
 //   is not 1.
 //
-// * float32 (and bfloat16 when asked or misaligned): SIMT, float32 arithmetic. 256 threads form a
+// * float32, float16 (and bfloat16 when asked or misaligned): SIMT, float32 arithmetic. float16 always
+//   takes this path: the tensor-core kernels are written for bf16 fragments only. 256 threads form a
 //   16 x 16 grid (ty = tid / 16, tx = tid % 16); a thread owns rows ty + 16 i and columns tx + 16 j of
 //   each tile product (4 x 4 of a 64 x 64 score tile: each shared-memory load is reused 4 times), so a
 //   row's 16 owners are 16 consecutive lanes (row reductions are 4 shuffles) and a row's m and l live
@@ -875,8 +876,10 @@ void visit_flash(DType dtype, int64_t d, const char* what, F&& f) {
       return with_d(float{});
     case DType::BFloat16:
       return with_d(bf16_t{});
+    case DType::Float16:
+      return with_d(f16_t{});  // SIMT kernels (use_tensor_cores is false for it)
     default:
-      DPT_FAIL("{} (CUDA): expected float32 or bfloat16, found {}", what, dtype_name(dtype));
+      DPT_FAIL("{} (CUDA): expected float32, bfloat16 or float16, found {}", what, dtype_name(dtype));
   }
 }
 

@@ -6,6 +6,8 @@
 //   float32  cublasGemmStridedBatchedEx, CUBLAS_COMPUTE_32F: IEEE float32, no TF32 unless
 //            cuda::set_allow_tf32(true) (then CUBLAS_COMPUTE_32F_FAST_TF32);
 //   bfloat16 the same call with bf16 storage and float32 accumulation (tensor cores);
+//   float16  likewise with fp16 storage (CUDA_R_16F) and float32 accumulation, so long dot products
+//            neither overflow nor lose digits in half precision;
 //   float64  cublasDgemmStridedBatched.
 // The handle is bound to the current stream with a 32 MiB workspace from the memory pool
 // (core/cuda/handles.h). Stride 0 on A or B shares that matrix across the batch.
@@ -64,9 +66,12 @@ void gemm(const Tensor& a, const Tensor& b, const Tensor& c, const GemmArgs& arg
       break;
     }
     case DType::Float32:
-    case DType::BFloat16: {
+    case DType::BFloat16:
+    case DType::Float16: {
       const float alpha = static_cast<float>(args.alpha), beta = static_cast<float>(args.beta);
-      const cudaDataType_t type = c.dtype() == DType::Float32 ? CUDA_R_32F : CUDA_R_16BF;
+      const cudaDataType_t type = c.dtype() == DType::Float32    ? CUDA_R_32F
+                                  : c.dtype() == DType::BFloat16 ? CUDA_R_16BF
+                                                                 : CUDA_R_16F;
       const cublasComputeType_t compute =
           c.dtype() == DType::Float32 && cuda::allow_tf32() ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
       DPT_CUBLAS_CHECK(cublasGemmStridedBatchedEx(handle, op_first, op_second, n, m, k, &alpha, b.data_ptr(), type,

@@ -2,6 +2,7 @@
 // Shared pieces of the CUDA kernels: dtype dispatch to device element types, conversions that round
 // exactly as the CPU kernels do (core/cpu/dispatch.h), warp/block reductions and launch sizes.
 #include <cuda_bf16.h>
+#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
@@ -17,21 +18,31 @@
 namespace dpt::cuda_kernels {
 
 using bf16_t = __nv_bfloat16;
+using f16_t = __half;
 
-// Arithmetic type of an element type: float for bfloat16 (rounded once, on store), itself otherwise.
+// True for the 16-bit floating types, which are stored narrow and computed in float.
 template <class T>
-using Compute = std::conditional_t<std::is_same_v<T, bf16_t>, float, T>;
+constexpr bool kIsHalfWidth = std::is_same_v<T, bf16_t> || std::is_same_v<T, f16_t>;
 
-// Any element type to any other: integers and floats directly, bfloat16 through float32 (so float64
-// -> bf16 rounds twice, exactly like dpt::bf16(float(x)) on the host).
+// Arithmetic type of an element type: float for bfloat16 and float16 (rounded once, on store), itself
+// otherwise.
+template <class T>
+using Compute = std::conditional_t<kIsHalfWidth<T>, float, T>;
+
+// Any element type to any other: integers and floats directly, bfloat16 and float16 through float32
+// (so float64 -> bf16 rounds twice, exactly like dpt::bf16(float(x)) on the host; f16 likewise).
 template <class To, class From>
 __host__ __device__ __forceinline__ To convert(From v) {
   if constexpr (std::is_same_v<To, From>) {
     return v;
   } else if constexpr (std::is_same_v<To, bf16_t>) {
     return __float2bfloat16_rn(static_cast<float>(v));
+  } else if constexpr (std::is_same_v<To, f16_t>) {
+    return __float2half_rn(static_cast<float>(v));
   } else if constexpr (std::is_same_v<From, bf16_t>) {
     return static_cast<To>(__bfloat162float(v));
+  } else if constexpr (std::is_same_v<From, f16_t>) {
+    return static_cast<To>(__half2float(v));
   } else {
     return static_cast<To>(v);
   }
@@ -41,12 +52,12 @@ __host__ __device__ __forceinline__ To convert(From v) {
 
 template <class F>
 decltype(auto) visit_floating(DType dtype, const char* what, F&& f) {
-  return dtype_visit::floating<bf16_t>(dtype, what, " (CUDA)", std::forward<F>(f));
+  return dtype_visit::floating<bf16_t, f16_t>(dtype, what, " (CUDA)", std::forward<F>(f));
 }
 
 template <class F>
 decltype(auto) visit_all(DType dtype, F&& f) {
-  return dtype_visit::all<bf16_t>(dtype, std::forward<F>(f));
+  return dtype_visit::all<bf16_t, f16_t>(dtype, std::forward<F>(f));
 }
 
 template <class F>

@@ -188,7 +188,7 @@ TEST_F(SafetensorsTest, RejectsWrongDtypes) {
   expect_error(write_raw("d.safetensors", R"({"a":{"dtype":"F33","shape":[1],"data_offsets":[0,4]}})",
                          std::string(4, '\0')),
                "unknown dtype 'F33'");
-  expect_error(write_raw("e.safetensors", R"({"a":{"dtype":"F16","shape":[2],"data_offsets":[0,4]}})",
+  expect_error(write_raw("e.safetensors", R"({"a":{"dtype":"I16","shape":[2],"data_offsets":[0,4]}})",
                          std::string(4, '\0')),
                "cannot hold");
   expect_error(write_raw("f.safetensors", R"({"a":{"dtype":3,"shape":[1],"data_offsets":[0,4]}})",

@@ -59,7 +59,7 @@ TEST(Tensor, PermuteReordersDims) {
 TEST(Tensor, DTypeConversionsRoundTrip) {
   std::vector<double> values{-2.5, 0, 1, 3.25, 1024};
   Tensor x = from_vector(values, {5}, kF64);
-  for (DType d : {DType::Float32, DType::BFloat16, DType::Float64}) {
+  for (DType d : {DType::Float32, DType::BFloat16, DType::Float16, DType::Float64}) {
     Tensor back = x.to(d).to(DType::Float64);
     EXPECT_EQ(back.dtype(), DType::Float64);
     EXPECT_EQ(back.to_vector<double>(), values) << dtype_name(d);  // all exactly representable
