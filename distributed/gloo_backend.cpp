@@ -28,6 +28,7 @@
 #include <thread>
 
 #include "core/bfloat16.h"
+#include "core/float16.h"
 #include "distributed/backend.h"
 #include "distributed/gloo_store.h"
 
@@ -36,34 +37,41 @@ namespace {
 
 using ReduceFn = void (*)(void*, const void*, const void*, size_t);
 
-// bfloat16 reductions: widen to float, reduce, round back (round-to-nearest-even, as on the GPU).
-void bf16_sum(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<bf16*>(c);
-  auto* x = static_cast<const bf16*>(a);
-  auto* y = static_cast<const bf16*>(b);
-  for (size_t i = 0; i < n; ++i) out[i] = bf16(static_cast<float>(x[i]) + static_cast<float>(y[i]));
+// bfloat16 and float16 (H) reductions: widen to float, reduce, round back (round-to-nearest-even, as
+// on the GPU). An inf or NaN in any rank's input stays inf/NaN in the sum.
+template <class H>
+constexpr bool kIsHalfWidth = std::is_same_v<H, bf16> || std::is_same_v<H, f16>;
+
+template <class H>
+void half_sum(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<H*>(c);
+  auto* x = static_cast<const H*>(a);
+  auto* y = static_cast<const H*>(b);
+  for (size_t i = 0; i < n; ++i) out[i] = H(static_cast<float>(x[i]) + static_cast<float>(y[i]));
 }
-void bf16_max(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<bf16*>(c);
-  auto* x = static_cast<const bf16*>(a);
-  auto* y = static_cast<const bf16*>(b);
+template <class H>
+void half_max(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<H*>(c);
+  auto* x = static_cast<const H*>(a);
+  auto* y = static_cast<const H*>(b);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i]) >= static_cast<float>(y[i]) ? x[i] : y[i];
 }
-void bf16_min(void* c, const void* a, const void* b, size_t n) {
-  auto* out = static_cast<bf16*>(c);
-  auto* x = static_cast<const bf16*>(a);
-  auto* y = static_cast<const bf16*>(b);
+template <class H>
+void half_min(void* c, const void* a, const void* b, size_t n) {
+  auto* out = static_cast<H*>(c);
+  auto* x = static_cast<const H*>(a);
+  auto* y = static_cast<const H*>(b);
   for (size_t i = 0; i < n; ++i) out[i] = static_cast<float>(x[i]) <= static_cast<float>(y[i]) ? x[i] : y[i];
 }
 
 template <class T>
 ReduceFn reduce_fn(ReduceOp op) {
-  if constexpr (std::is_same_v<T, bf16>) {
+  if constexpr (kIsHalfWidth<T>) {
     switch (op) {
       case ReduceOp::Sum:
-      case ReduceOp::Avg: return &bf16_sum;
-      case ReduceOp::Max: return &bf16_max;
-      case ReduceOp::Min: return &bf16_min;
+      case ReduceOp::Avg: return &half_sum<T>;
+      case ReduceOp::Max: return &half_max<T>;
+      case ReduceOp::Min: return &half_min<T>;
     }
   } else {
     switch (op) {
@@ -91,6 +99,7 @@ void dispatch(DType dtype, F&& f) {
     case DType::Float32: f(float{}); return;
     case DType::Float64: f(double{}); return;
     case DType::BFloat16: f(bf16{}); return;
+    case DType::Float16: f(f16{}); return;
     case DType::Int32: f(int32_t{}); return;
     case DType::Int64: f(int64_t{}); return;
   }
@@ -104,9 +113,9 @@ void divide(void* data, DType dtype, size_t n, int size) {
     if constexpr (std::is_floating_point_v<T>) {
       auto* p = static_cast<T*>(data);
       for (size_t i = 0; i < n; ++i) p[i] = p[i] / static_cast<T>(size);
-    } else if constexpr (std::is_same_v<T, bf16>) {
-      auto* p = static_cast<bf16*>(data);
-      for (size_t i = 0; i < n; ++i) p[i] = bf16(static_cast<float>(p[i]) / static_cast<float>(size));
+    } else if constexpr (kIsHalfWidth<T>) {
+      auto* p = static_cast<T*>(data);
+      for (size_t i = 0; i < n; ++i) p[i] = T(static_cast<float>(p[i]) / static_cast<float>(size));
     }
   });
 }

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "core/bfloat16.h"
+#include "core/float16.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
@@ -37,6 +38,7 @@ Tensor make(const std::vector<double>& values, DType dtype) {
       case DType::Float32: t.data<float>()[i] = static_cast<float>(v); break;
       case DType::Float64: t.data<double>()[i] = v; break;
       case DType::BFloat16: t.data<bf16>()[i] = bf16(static_cast<float>(v)); break;
+      case DType::Float16: t.data<f16>()[i] = f16(static_cast<float>(v)); break;
       case DType::Int32: t.data<int32_t>()[i] = static_cast<int32_t>(v); break;
       case DType::Int64: t.data<int64_t>()[i] = static_cast<int64_t>(v); break;
     }
@@ -53,6 +55,7 @@ double value_at(const Tensor& t, int64_t i) {
     case DType::Float32: return t.data<float>()[i];
     case DType::Float64: return t.data<double>()[i];
     case DType::BFloat16: return static_cast<float>(t.data<bf16>()[i]);
+    case DType::Float16: return static_cast<float>(t.data<f16>()[i]);
     case DType::Int32: return t.data<int32_t>()[i];
     case DType::Int64: return static_cast<double>(t.data<int64_t>()[i]);
   }
@@ -81,7 +84,7 @@ std::vector<double> rank_input(int r, int64_t n) {
 void check_collectives(ProcessGroup& pg) {
   const int w = pg.size(), r = pg.rank();
   const double tri = w * (w + 1) / 2.0;  // sum over ranks of (r + 1)
-  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Int32, DType::Int64}) {
+  for (DType dtype : {DType::Float32, DType::Float64, DType::BFloat16, DType::Float16, DType::Int32, DType::Int64}) {
     for (int64_t n : {int64_t{1}, int64_t{7}, int64_t{1001}}) {
       std::string tag = fmt::format("n={} world={}", n, w);
       auto expect = [&](auto f) {
