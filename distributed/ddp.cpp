@@ -294,11 +294,17 @@ void DistributedDataParallel::finish_backward() {
 
   // The compute stream waits on every AllReduce (CUDA: event waits; Gloo: the host waits).
   NoGradGuard no_grad;
-  for (auto& bucket : buckets_) {
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    GradBucket& bucket = buckets_[b];
     bucket.work->wait();
     if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
     bucket.work.reset();
     bucket.pending = bucket.params.size();
+    if (bucket_hook_) {
+      std::vector<Tensor> params;
+      for (size_t i : bucket.params) params.push_back(params_[i].second);
+      bucket_hook_(b, params);
+    }
   }
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;

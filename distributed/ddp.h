@@ -21,6 +21,7 @@
 // Inside a no_sync() scope hooks do nothing: gradients accumulate in the buckets and are communicated
 // by the first backward outside the scope (gradient accumulation).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -77,6 +78,13 @@ class DistributedDataParallel {
   };
   NoSyncGuard no_sync() { return NoSyncGuard(*this); }
 
+  // Called at the end of each synchronised backward for every bucket, in bucket order, right after the
+  // compute stream (CUDA) or the host (Gloo) has waited for that bucket's AllReduce, with the bucket's
+  // index and parameters. Work queued here on the compute stream overlaps the AllReduces of the buckets
+  // after it: optim::step_in_backward (distributed/overlapped_optimizer.h) runs the optimizer this way.
+  using BucketHook = std::function<void(size_t bucket, const std::vector<Tensor>& params)>;
+  void set_bucket_reduced_hook(BucketHook hook) { bucket_hook_ = std::move(hook); }
+
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter names of each bucket, in bucket order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
@@ -115,6 +123,7 @@ class DistributedDataParallel {
   bool sync_enabled_ = true;
   bool rebuilt_ = false;
   uint64_t callback_id_ = 0;
+  BucketHook bucket_hook_;
 
   // Hooks and the backward-end callback reach this object through a cell the destructor clears, so a
   // tensor outliving its DDP wrapper never calls into a dead object.

@@ -48,17 +48,31 @@ AdamW::AdamW(const NamedTensors& params, const AdamOptions& options)
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamOptions& options) : Adam(std::move(groups), options, true) {}
 
+bool Adam::fuses_twins(size_t g) const {
+  const ParamGroup& group = param_groups()[g];
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    const Tensor& p = group.params[i].second;
+    if (!p.device().is_cuda() || p.dtype() != DType::Float32 || twin(g, i).dtype() != DType::BFloat16) return false;
+  }
+  return true;
+}
+
 void Adam::update_group(size_t g, int64_t step) {
   const ParamGroup& group = param_groups()[g];
   const double lr = this->lr() * group.lr_scale;
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step));
   const double bc2 = 1.0 - std::pow(options_.beta2, static_cast<double>(step));
+  const bool fused_twins = has_compute_twins() && fuses_twins(g);
   std::vector<float*> dp, dm, dv;
   std::vector<const float*> dg;
+  std::vector<const void*> dg_bf16;
+  std::vector<void*> dtwin;
   std::vector<int64_t> dn;
   for (size_t i = 0; i < group.params.size(); ++i) {
+    if (!selected(g, i)) continue;
     const auto& [name, p] = group.params[i];
-    Tensor grad = p.grad();
+    Tensor tw = fused_twins ? twin(g, i) : Tensor();
+    Tensor grad = fused_twins ? tw.grad() : p.grad();
     if (!grad.defined()) continue;
     const Tensor& m = state_[g][i][0];
     const Tensor& v = state_[g][i][1];
@@ -66,7 +80,12 @@ void Adam::update_group(size_t g, int64_t step) {
       DPT_CHECK(p.dtype() == DType::Float32, "Adam: CUDA parameter '{}' is {}; keep float32 masters (MixedPrecision)",
                 name, dtype_name(p.dtype()));
       dp.push_back(p.data<float>());
-      dg.push_back(grad.data<float>());
+      if (fused_twins) {
+        dg_bf16.push_back(grad.data_ptr());
+        dtwin.push_back(tw.data_ptr());
+      } else {
+        dg.push_back(grad.data<float>());
+      }
       dm.push_back(m.data<float>());
       dv.push_back(v.data<float>());
       dn.push_back(p.numel());
@@ -92,7 +111,11 @@ void Adam::update_group(size_t g, int64_t step) {
   hp.bias_correction1 = static_cast<float>(bc1);
   hp.bias_correction2 = static_cast<float>(bc2);
   hp.decoupled = decoupled_;
-  cuda::adam_update(dp, dg, dm, dv, dn, hp);
+  if (fused_twins) {
+    cuda::adam_update_bf16_twins(dp, dg_bf16, dm, dv, dtwin, dn, hp);
+  } else {
+    cuda::adam_update(dp, dg, dm, dv, dn, hp);
+  }
 #else
   DPT_FAIL("Adam: CUDA parameters in a build without CUDA");
 #endif

@@ -24,6 +24,7 @@ class Adam : public Optimizer {
 
  protected:
   void update_group(size_t g, int64_t step) override;
+  bool fuses_twins(size_t g) const override;
 
  private:
   AdamOptions options_;

@@ -30,6 +30,7 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, std::vector<std:
       DPT_CHECK(names.insert(name).second, "optimizer: parameter name '{}' appears twice", name);
       DPT_CHECK(seen.insert(p.impl()).second, "optimizer: parameter '{}' is the same tensor as an earlier one", name);
       DPT_CHECK(p.is_contiguous(), "optimizer: parameter '{}' must be contiguous", name);
+      index_[p.impl()] = {state_.size() - 1, state_.back().size()};
       std::vector<Tensor> per_param;
       for (size_t s = 0; s < state_names_.size(); ++s) per_param.push_back(zeros(p.shape(), p.options()));
       state_.back().push_back(std::move(per_param));
@@ -38,9 +39,75 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, std::vector<std:
 }
 
 void Optimizer::step() {
+  begin_step();
+  run_updates();
+}
+
+void Optimizer::begin_step() { ++step_; }
+
+void Optimizer::update(const std::vector<Tensor>& params) {
+  DPT_CHECK(step_ > 0, "optimizer update: call begin_step() first");
+  selected_.clear();
+  for (const auto& group : groups_) selected_.emplace_back(group.params.size(), 0);
+  for (const Tensor& t : params) {
+    auto it = index_.find(t.impl());
+    DPT_CHECK(it != index_.end(), "optimizer update: a tensor of shape {} is neither a parameter of this optimizer "
+              "nor a compute twin of one", shape_str(t.shape()));
+    selected_[it->second.first][it->second.second] = 1;
+  }
+  run_updates();
+  selected_.clear();
+}
+
+void Optimizer::run_updates() {
   NoGradGuard no_grad;
-  ++step_;
-  for (size_t g = 0; g < groups_.size(); ++g) update_group(g, step_);
+  for (size_t g = 0; g < groups_.size(); ++g) {
+    if (twins_.empty() || fuses_twins(g)) {
+      update_group(g, step_);
+      continue;
+    }
+    // Staging: float32 copies of the twins' gradients, the usual update, then the results rounded into
+    // the twins. Masters keep no gradient between steps.
+    std::vector<size_t> staged;
+    for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+      const Tensor& tw = twins_[g][i];
+      if (!selected(g, i) || !tw.grad().defined()) continue;
+      const Tensor& p = groups_[g].params[i].second;
+      p.set_grad(tw.grad().to(p.dtype()));
+      staged.push_back(i);
+    }
+    update_group(g, step_);
+    for (size_t i : staged) {
+      Tensor tw = twins_[g][i];
+      const Tensor& p = groups_[g].params[i].second;
+      tw.copy_(p);
+      p.set_grad(Tensor());
+    }
+  }
+}
+
+void Optimizer::set_compute_twins(const NamedTensors& twins) {
+  std::unordered_map<std::string, Tensor> by_name;
+  for (const auto& [name, t] : twins) by_name.emplace(name, t);
+  std::vector<std::vector<Tensor>> table;
+  for (const auto& group : groups_) {
+    table.emplace_back();
+    for (const auto& [name, p] : group.params) {
+      auto it = by_name.find(name);
+      DPT_CHECK(it != by_name.end(), "set_compute_twins: no twin named '{}'", name);
+      const Tensor& tw = it->second;
+      DPT_CHECK(tw.shape() == p.shape() && tw.device() == p.device() && tw.is_contiguous(),
+                "set_compute_twins: twin '{}' is {} on {}, expected contiguous {} on {}", name,
+                shape_str(tw.shape()), tw.device().str(), shape_str(p.shape()), p.device().str());
+      table.back().push_back(tw);
+      by_name.erase(it);
+    }
+  }
+  DPT_CHECK(by_name.empty(), "set_compute_twins: twin '{}' matches no parameter of this optimizer",
+            by_name.empty() ? "" : by_name.begin()->first);
+  twins_ = std::move(table);
+  for (size_t g = 0; g < twins_.size(); ++g)
+    for (size_t i = 0; i < twins_[g].size(); ++i) index_[twins_[g][i].impl()] = {g, i};
 }
 
 void Optimizer::zero_grad(bool set_to_none) {

@@ -3,6 +3,8 @@
 // checkpointing. Subclasses implement update(); on CUDA they update all parameters of a group in a
 // few fused launches (optim/cuda/), on the CPU with plain loops.
 #include <string>
+#include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "core/safetensors.h"
@@ -33,6 +35,20 @@ class Optimizer {
   void step();
   void zero_grad(bool set_to_none = false);
 
+  // Overlapped stepping, e.g. one gradient bucket at a time as DDP finishes them (distributed/ddp.h,
+  // set_bucket_reduced_hook): begin_step() once, then update(params) for disjoint subsets; together they
+  // do what one step() does. `params` may name the optimizer's parameters or their compute twins.
+  void begin_step();
+  void update(const std::vector<Tensor>& params);
+
+  // bf16 mixed precision without float32 gradient copies (optim/mixed_precision.h): `twins` are the
+  // model's compute-dtype parameters, one per optimizer parameter, with the same names. Each update
+  // then reads parameter i's gradient from twins[i].grad() and writes the new value, rounded, into
+  // twins[i]: on CUDA inside the fused update (Adam), elsewhere through a float32 staging copy. The
+  // float32 parameters (masters) then need no gradients of their own.
+  void set_compute_twins(const NamedTensors& twins);
+  bool has_compute_twins() const { return !twins_.empty(); }
+
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
   int64_t step_count() const { return step_; }  // updates done so far
@@ -44,16 +60,28 @@ class Optimizer {
   void load_state_dict(const NamedTensors& state);
 
  protected:
-  // Update group `g` for step number `step` (1-based, as bias correction wants it).
+  // Update group `g` for step number `step` (1-based, as bias correction wants it): every parameter i
+  // with selected(g, i) and a gradient.
   virtual void update_group(size_t g, int64_t step) = 0;
+  // Whether this subclass reads twin gradients and writes twins itself for group g (Adam on CUDA);
+  // otherwise the base stages float32 gradients from the twins and copies the results back.
+  virtual bool fuses_twins(size_t /*g*/) const { return false; }
+  bool selected(size_t g, size_t i) const { return selected_.empty() || selected_[g][i] != 0; }
+  // Parameter i of group g's compute twin (undefined without twins).
+  Tensor twin(size_t g, size_t i) const { return twins_.empty() ? Tensor() : twins_[g][i]; }
   // state_[g][i][s]: state s of parameter i in group g.
   std::vector<std::vector<std::vector<Tensor>>> state_;
 
  private:
+  void run_updates();
+
   std::vector<ParamGroup> groups_;
   double lr_;
   int64_t step_ = 0;
   std::vector<std::string> state_names_;
+  std::vector<std::vector<Tensor>> twins_;                               // [g][i], or empty
+  std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> index_;  // parameter or twin -> (g, i)
+  std::vector<std::vector<char>> selected_;                               // empty: every parameter
 };
 
 }  // namespace dpt::optim

@@ -44,6 +44,7 @@ void SGD::update_group(size_t g, int64_t) {
   std::vector<const float*> dg;
   std::vector<int64_t> dn;
   for (size_t i = 0; i < group.params.size(); ++i) {
+    if (!selected(g, i)) continue;
     const auto& [name, p] = group.params[i];
     Tensor grad = p.grad();
     if (!grad.defined()) continue;

@@ -1,4 +1,5 @@
 // Fused multi-tensor optimizer kernels (see fused_kernels.h for the launch scheme).
+#include <cuda_bf16.h>
 #include <cuda_runtime.h>
 
 #include <algorithm>
@@ -17,7 +18,7 @@ namespace {
 // Each block handles one chunk of one tensor. A launch carries up to kMaxTensors tensors and
 // kMaxBlocks blocks in its argument struct (~10 KB, inside the 32 KB kernel-parameter limit of
 // CUDA 12.1+ on Volta and later), so a group of any size needs ceil(chunks / kMaxBlocks) launches.
-constexpr int kMaxLists = 4;
+constexpr int kMaxLists = 5;
 constexpr int kMaxTensors = 96;
 constexpr int kMaxBlocks = 640;
 constexpr int64_t kChunk = 65536;  // elements per block
@@ -77,16 +78,21 @@ int64_t count_blocks(const std::vector<int64_t>& sizes) {
   return n;
 }
 
+// G: the gradient's type (float, or __nv_bfloat16 read straight from a bf16 model's gradients).
+// kTwin: also write the updated value, rounded to bf16, into list 4 (the model's compute copy), so
+// mixed precision needs neither float32 gradient copies nor a separate float32 -> bf16 pass.
+template <class G, bool kTwin>
 __global__ void adam_kernel(MultiTensorArgs args, AdamParams hp) {
   const int t = args.block_tensor[blockIdx.x];
   const int64_t begin = static_cast<int64_t>(args.block_chunk[blockIdx.x]) * kChunk;
   const int64_t end = min(begin + kChunk, args.sizes[t]);
   float* p = static_cast<float*>(args.ptrs[0][t]);
-  const float* g = static_cast<const float*>(args.ptrs[1][t]);
+  const G* g = static_cast<const G*>(args.ptrs[1][t]);
   float* m = static_cast<float*>(args.ptrs[2][t]);
   float* v = static_cast<float*>(args.ptrs[3][t]);
+  __nv_bfloat16* twin = kTwin ? static_cast<__nv_bfloat16*>(args.ptrs[4][t]) : nullptr;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float w = p[i], grad = g[i];
+    float w = p[i], grad = static_cast<float>(g[i]);
     if (hp.decoupled) {
       w *= 1.f - hp.lr * hp.weight_decay;
     } else {
@@ -96,7 +102,9 @@ __global__ void adam_kernel(MultiTensorArgs args, AdamParams hp) {
     float vi = hp.beta2 * v[i] + (1.f - hp.beta2) * grad * grad;
     m[i] = mi;
     v[i] = vi;
-    p[i] = w - hp.lr * (mi / hp.bias_correction1) / (sqrtf(vi / hp.bias_correction2) + hp.eps);
+    w -= hp.lr * (mi / hp.bias_correction1) / (sqrtf(vi / hp.bias_correction2) + hp.eps);
+    p[i] = w;
+    if constexpr (kTwin) twin[i] = __float2bfloat16_rn(w);
   }
 }
 
@@ -181,7 +189,23 @@ void adam_update(const std::vector<float*>& params, const std::vector<const floa
   cudaStream_t stream = dpt::cuda::current_stream();
   multi_tensor_apply(4, {as_void(params), as_void(grads), as_void(exp_avg), as_void(exp_avg_sq)}, sizes,
                      [&](const MultiTensorArgs& args, int blocks, int) {
-                       adam_kernel<<<blocks, kThreads, 0, stream>>>(args, hp);
+                       adam_kernel<float, false><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       DPT_CUDA_CHECK(cudaGetLastError());
+                     });
+}
+
+void adam_update_bf16_twins(const std::vector<float*>& params, const std::vector<const void*>& grads_bf16,
+                            const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
+                            const std::vector<void*>& twins_bf16, const std::vector<int64_t>& sizes,
+                            const AdamParams& hp) {
+  check_sizes("adam_update_bf16_twins", params.size(), sizes);
+  DPT_CHECK(grads_bf16.size() == sizes.size() && exp_avg.size() == sizes.size() &&
+                exp_avg_sq.size() == sizes.size() && twins_bf16.size() == sizes.size(),
+            "adam_update_bf16_twins: lists of different lengths");
+  cudaStream_t stream = dpt::cuda::current_stream();
+  multi_tensor_apply(5, {as_void(params), as_void(grads_bf16), as_void(exp_avg), as_void(exp_avg_sq), twins_bf16},
+                     sizes, [&](const MultiTensorArgs& args, int blocks, int) {
+                       adam_kernel<__nv_bfloat16, true><<<blocks, kThreads, 0, stream>>>(args, hp);
                        DPT_CUDA_CHECK(cudaGetLastError());
                      });
 }

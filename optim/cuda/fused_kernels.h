@@ -21,6 +21,14 @@ void adam_update(const std::vector<float*>& params, const std::vector<const floa
                  const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
                  const std::vector<int64_t>& sizes, const AdamParams& hp);
 
+// Mixed precision without float32 gradient copies: the float32 masters `params` read their gradients
+// from the bf16 model parameters' gradients and write their updated values, rounded to nearest even,
+// into those bf16 parameters (`twins`) in the same pass (optim/optimizer.h, set_compute_twins).
+void adam_update_bf16_twins(const std::vector<float*>& params, const std::vector<const void*>& grads_bf16,
+                            const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
+                            const std::vector<void*>& twins_bf16, const std::vector<int64_t>& sizes,
+                            const AdamParams& hp);
+
 struct SgdParams {
   float lr = 1e-2f, momentum = 0.f, weight_decay = 0.f;
   bool nesterov = false;

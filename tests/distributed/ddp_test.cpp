@@ -72,6 +72,8 @@ TEST(DdpParityCpu, GptThreeRanks) { expect_passes(3, "gpt default cpu"); }
 TEST(DdpParityCpu, NoSyncAccumulationEqualsBigBatch) { expect_passes(2, "mlp nosync cpu"); }
 TEST(DdpParityCpu, GptNoSyncAccumulationThreeRanks) { expect_passes(3, "gpt nosync cpu"); }
 TEST(DdpParityCpu, Bf16CommunicationWithinBf16Tolerance) { expect_passes(2, "mlp bf16comm cpu"); }
+TEST(DdpParityCpu, OptimizerStepPerBucketInsideBackward) { expect_passes(2, "mlp overlap cpu"); }
+TEST(DdpParityCpu, GptOptimizerStepPerBucketThreeRanks) { expect_passes(3, "gpt overlap cpu"); }
 TEST(DdpParityCpu, UnusedParametersDoNotHang) { expect_passes(2, "mlp unused cpu"); }
 TEST(DdpParityCpu, ModelMismatchIsAnErrorOnEveryRank) { expect_passes(2, "mlp mismatch cpu"); }
 
@@ -86,4 +88,5 @@ TEST_F(DdpParityCuda, GptTwoGpus) { expect_passes(2, "gpt default cuda"); }
 TEST_F(DdpParityCuda, LayoutsTwoGpus) { expect_passes(2, "mlp layouts cuda"); }
 TEST_F(DdpParityCuda, NoSyncTwoGpus) { expect_passes(2, "gpt nosync cuda"); }
 TEST_F(DdpParityCuda, UnusedTwoGpus) { expect_passes(2, "mlp unused cuda"); }
+TEST_F(DdpParityCuda, OverlappedOptimizerTwoGpus) { expect_passes(2, "gpt overlap cuda"); }
 TEST_F(DdpParityCuda, Bf16CommTwoGpus) { expect_passes(2, "mlp bf16comm cuda"); }

@@ -2,7 +2,7 @@
 //
 //   dpt_test_ddp_parity <model> <mode> <device>
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank, NCCL)
-//   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch
+//   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap
 //
 // Every rank trains two copies of the same model from the same seed for 5 AdamW steps: a reference on
 // the whole global batch (N ranks x b rows), as one process would, and a DDP replica on its own slice
@@ -20,6 +20,7 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
+#include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
 #include "layers/gpt.h"
 #include "layers/losses.h"
@@ -129,13 +130,15 @@ bool compare(const nn::Module& got, const nn::Module& want, double tol, const st
 }
 
 // One DDP replica next to the single-process reference, for kSteps steps.
+// overlap: the replica's optimizer steps inside backward, bucket by bucket (distributed/overlapped_optimizer.h).
 bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options, int micro_batches,
-                double tol, const std::string& label) {
+                double tol, const std::string& label, bool overlap = false) {
   auto reference = make_model(s);
   auto replica = make_model(s);
   auto ref_opt = make_optimizer(*reference);
   auto rep_opt = make_optimizer(*replica);
   dist::DistributedDataParallel ddp(replica, pg, options);
+  if (overlap) dist::step_in_backward(ddp, *rep_opt);
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = global_batch(s, step);
     ref_opt->zero_grad();
@@ -155,7 +158,7 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
         loss.backward();
       }
     }
-    rep_opt->step();
+    if (!overlap) rep_opt->step();
     if (!compare(*replica, *reference, tol, label + " step " + std::to_string(step), s.rank)) return false;
   }
   return true;
@@ -279,6 +282,10 @@ int main(int argc, char** argv) {
     } else if (mode == "bf16comm") {
       o.comm_dtype = DType::BFloat16;
       ok = run_parity(s, pg, o, 1, 2e-2, "bf16 communication");
+    } else if (mode == "overlap") {
+      // Many buckets, so the optimizer runs in many pieces, and accumulation: steps only on the last micro-batch.
+      o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
+      ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket inside backward", true);
     } else if (mode == "unused") {
       ok = run_unused(s, pg);
     } else if (mode == "mismatch") {

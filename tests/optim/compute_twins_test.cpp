@@ -1,0 +1,153 @@
+// Mixed precision through compute twins (the optimizer reads bf16 gradients and writes bf16 parameters
+// itself) and stepping by subsets (the optimizer inside backward): both must equal the plain path
+// bit for bit, since they change where the arithmetic happens, not the arithmetic.
+#include <gtest/gtest.h>
+
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/ops.h"
+#include "optim/adam.h"
+#include "optim/sgd.h"
+
+namespace dpt::optim {
+namespace {
+
+struct Masters {
+  NamedTensors params;  // float32 masters
+  NamedTensors twins;   // their bf16 compute copies
+};
+
+Masters make_masters(Device device) {
+  Generator gen(7);
+  Masters m;
+  for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{{"a.weight", {33, 17}}, {"a.bias", {17}},
+                                                                       {"b.weight", {5, 9}}}) {
+    Tensor p = randn(shape, gen).to(device);
+    p.requires_grad_(true);
+    Tensor t = p.detach().to(DType::BFloat16);
+    t.requires_grad_(true);
+    m.params.emplace_back(name, p);
+    m.twins.emplace_back(name, t);
+  }
+  return m;
+}
+
+Masters clone(const Masters& m) {
+  Masters c;
+  for (const auto& [name, p] : m.params) {
+    Tensor q = p.detach().clone();
+    q.requires_grad_(true);
+    c.params.emplace_back(name, q);
+  }
+  for (const auto& [name, t] : m.twins) {
+    Tensor q = t.detach().clone();
+    q.requires_grad_(true);
+    c.twins.emplace_back(name, q);
+  }
+  return c;
+}
+
+// bf16 gradients for step `step`, the same for both paths.
+std::vector<Tensor> bf16_grads(const Masters& m, int step) {
+  Generator gen(100 + static_cast<uint64_t>(step));
+  std::vector<Tensor> out;
+  for (const auto& [name, p] : m.params) out.push_back(randn(p.shape(), gen).to(p.device()).to(DType::BFloat16));
+  return out;
+}
+
+void expect_equal(const Tensor& a, const Tensor& b, const std::string& what) {
+  auto va = a.to(Device::cpu()).to(DType::Float64).to_vector<double>();
+  auto vb = b.to(Device::cpu()).to(DType::Float64).to_vector<double>();
+  ASSERT_EQ(va.size(), vb.size()) << what;
+  for (size_t i = 0; i < va.size(); ++i) ASSERT_EQ(va[i], vb[i]) << what << " element " << i;
+}
+
+// Reference: float32 gradients copied from the bf16 ones, the update, then masters rounded into the
+// twins (what MixedPrecision's grads_to_master / masters_to_model do). Twins: the optimizer does it.
+void twins_match_separate_masters(Device device) {
+  Masters ref = make_masters(device), fused = clone(ref);
+  AdamOptions o;
+  o.lr = 1e-2;
+  o.weight_decay = 0.1;
+  AdamW ref_opt(weight_decay_groups(ref.params, 0.1), o), fused_opt(weight_decay_groups(fused.params, 0.1), o);
+  fused_opt.set_compute_twins(fused.twins);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> g = bf16_grads(ref, step);
+    for (size_t i = 0; i < g.size(); ++i) {
+      ref.params[i].second.set_grad(g[i].to(DType::Float32));
+      fused.twins[i].second.set_grad(g[i].clone());
+    }
+    ref_opt.step();
+    fused_opt.step();
+    for (size_t i = 0; i < g.size(); ++i) {
+      Tensor ref_twin = ref.params[i].second.detach().to(DType::BFloat16);
+      expect_equal(fused.params[i].second, ref.params[i].second, "master " + ref.params[i].first);
+      expect_equal(fused.twins[i].second, ref_twin, "twin " + ref.params[i].first);
+      EXPECT_FALSE(fused.params[i].second.grad().defined()) << "masters keep no gradient of their own";
+    }
+  }
+}
+
+TEST(ComputeTwins, AdamThroughTwinsEqualsSeparateFloat32GradientsOnCpu) {
+  twins_match_separate_masters(Device::cpu());
+}
+
+TEST(ComputeTwins, CudaFusedAdamThroughTwinsEqualsSeparateFloat32Gradients) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  twins_match_separate_masters(Device::cuda());
+}
+
+TEST(ComputeTwins, RejectsTwinsThatMatchNoParameter) {
+  Masters m = make_masters(Device::cpu());
+  AdamW opt(m.params, AdamOptions{});
+  NamedTensors wrong = m.twins;
+  wrong[1].first = "c.bias";
+  EXPECT_THROW(opt.set_compute_twins(wrong), Error);
+  NamedTensors short_list(m.twins.begin(), m.twins.end() - 1);
+  EXPECT_THROW(opt.set_compute_twins(short_list), Error);
+}
+
+// begin_step + update(subset) over disjoint subsets = step(), for Adam (state, bias correction) and SGD.
+template <class Opt, class Options>
+void subsets_equal_step(const Options& o) {
+  Masters a = make_masters(Device::cpu()), b = clone(a);
+  Opt whole(a.params, o), pieces(b.params, o);
+  for (int step = 0; step < 3; ++step) {
+    std::vector<Tensor> g = bf16_grads(a, step);
+    for (size_t i = 0; i < g.size(); ++i) {
+      a.params[i].second.set_grad(g[i].to(DType::Float32));
+      b.params[i].second.set_grad(g[i].to(DType::Float32));
+    }
+    whole.step();
+    pieces.begin_step();
+    pieces.update({b.params[2].second});
+    pieces.update({b.params[0].second, b.params[1].second});
+    for (size_t i = 0; i < g.size(); ++i) expect_equal(b.params[i].second, a.params[i].second, a.params[i].first);
+  }
+  EXPECT_EQ(pieces.step_count(), whole.step_count());
+}
+
+TEST(OptimizerSubsets, AdamUpdatedBySubsetsEqualsOneStep) {
+  AdamOptions o;
+  o.lr = 1e-2;
+  subsets_equal_step<AdamW>(o);
+}
+
+TEST(OptimizerSubsets, SgdWithMomentumUpdatedBySubsetsEqualsOneStep) {
+  SgdOptions o;
+  o.lr = 0.1;
+  o.momentum = 0.9;
+  subsets_equal_step<SGD>(o);
+}
+
+TEST(OptimizerSubsets, UpdateRejectsForeignTensorsAndNeedsBeginStep) {
+  Masters m = make_masters(Device::cpu());
+  AdamW opt(m.params, AdamOptions{});
+  EXPECT_THROW(opt.update({m.params[0].second}), Error);  // no begin_step yet
+  opt.begin_step();
+  EXPECT_THROW(opt.update({zeros({2})}), Error);
+}
+
+}  // namespace
+}  // namespace dpt::optim
