@@ -2,7 +2,8 @@
 // RMSNorm over the last dimension (Zhang & Sennrich 2019): y = x / sqrt(mean(x^2) + eps) * weight.
 // LayerNorm without the mean subtraction and the bias; LLaMA-style models use it. Built from existing
 // differentiable ops, so its backward comes from autograd: the worked example of adding a layer (README).
-// For bfloat16 input the statistics are computed in float32 and the result cast back, as LayerNorm does.
+// For bfloat16 and float16 input the statistics are computed in float32 and the result cast back, as
+// LayerNorm does.
 #include "layers/module.h"
 
 namespace dpt::nn {

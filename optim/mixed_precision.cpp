@@ -21,10 +21,11 @@ void replace_data(const Tensor& param, const Tensor& value) {
 }
 }  // namespace
 
-MixedPrecision::MixedPrecision(const NamedTensors& model_params, DType compute_dtype)
+MixedPrecision::MixedPrecision(const NamedTensors& model_params, DType compute_dtype, const LossScalerOptions& scaler)
     : model_(model_params), compute_dtype_(compute_dtype) {
-  DPT_CHECK(compute_dtype == DType::Float32 || compute_dtype == DType::BFloat16,
-            "MixedPrecision: compute dtype must be float32 or bfloat16, got {}", dtype_name(compute_dtype));
+  DPT_CHECK(compute_dtype == DType::Float32 || compute_dtype == DType::BFloat16 || compute_dtype == DType::Float16,
+            "MixedPrecision: compute dtype must be float32, bfloat16 or float16, got {}", dtype_name(compute_dtype));
+  if (compute_dtype == DType::Float16) scaler_ = std::make_unique<LossScaler>(scaler);
   if (!enabled()) {
     masters_ = model_params;
     return;
@@ -40,8 +41,10 @@ MixedPrecision::MixedPrecision(const NamedTensors& model_params, DType compute_d
   }
 }
 
-void MixedPrecision::grads_to_master() {
-  if (!enabled()) return;
+Tensor MixedPrecision::scale_loss(const Tensor& loss) const { return scaler_ ? scaler_->scale_loss(loss) : loss; }
+
+bool MixedPrecision::grads_to_master() {
+  if (!enabled()) return true;
   NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
     const Tensor& p = model_[i].second;
@@ -56,8 +59,17 @@ void MixedPrecision::grads_to_master() {
       mg = zeros(master.shape(), master.options());
       master.set_grad(mg);
     }
-    mg.copy_(g);  // bf16 -> float32, exact
+    if (scaler_) {
+      scaler_->unscale_into(g, mg);  // float16 -> float32 / scale, inf/NaN noted on the device
+    } else {
+      mg.copy_(g);  // bf16 -> float32, exact
+    }
   }
+  return scaler_ ? !scaler_->found_inf() : true;
+}
+
+void MixedPrecision::update_scale(bool found_inf) {
+  if (scaler_) scaler_->update(found_inf);
 }
 
 void MixedPrecision::masters_to_model() {
@@ -65,7 +77,7 @@ void MixedPrecision::masters_to_model() {
   NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
     Tensor p = model_[i].second;
-    p.copy_(masters_[i].second);  // float32 -> bf16, round to nearest even
+    p.copy_(masters_[i].second);  // float32 -> bf16/fp16, round to nearest even
   }
 }
 

@@ -91,8 +91,8 @@ Args parse(int argc, char** argv) {
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
-  DPT_CHECK(a.precision == "bf16" || a.precision == "fp32", "dpt-bench train: --precision is bf16 or fp32, not '{}'",
-            a.precision);
+  DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
+            "dpt-bench train: --precision is bf16, fp16 or fp32, not '{}'", a.precision);
   return a;
 }
 
@@ -123,7 +123,9 @@ int run_train_bench(int argc, char** argv) {
   }
   n_params = model->num_parameters();
   model->to(device);
-  DType compute = args.precision == "bf16" ? DType::BFloat16 : DType::Float32;
+  DType compute = args.precision == "bf16"   ? DType::BFloat16
+                  : args.precision == "fp16" ? DType::Float16
+                                             : DType::Float32;
   optim::MixedPrecision mp(model->named_parameters(), compute);
   optim::AdamOptions adam;
   adam.lr = 3e-4;
@@ -155,12 +157,15 @@ int run_train_bench(int argc, char** argv) {
 
   auto step = [&]() {
     model->zero_grad();
-    if (mp.enabled()) opt.zero_grad();  // float32 masters are separate tensors only under bf16
+    if (mp.enabled()) opt.zero_grad();  // float32 masters are separate tensors only under bf16/fp16
     Tensor loss = w.gpt ? static_cast<nn::GPT&>(*model).loss(x, y) : nn::cross_entropy_loss(model->forward(x), y);
-    loss.backward();
-    mp.grads_to_master();
-    opt.step();
-    mp.masters_to_model();
+    mp.scale_loss(loss).backward();  // fp16: loss * loss scale; the loss itself otherwise
+    const bool finite = mp.grads_to_master();
+    if (finite) {  // an fp16 overflow skips the update and backs the scale off, as in dpt-train
+      opt.step();
+      mp.masters_to_model();
+    }
+    mp.update_scale(!finite);
     return loss;
   };
 

@@ -1,7 +1,8 @@
 // Every op of core/ops.h, forward and backward, gives the same numbers on CUDA as on the CPU: float32
 // within 1e-5 relative (scaled by the tensor's magnitude for elements near zero), bfloat16 within
-// 1e-2. Inputs are fresh random draws; shapes are odd on purpose (tails after 16-byte vectors,
-// unaligned rows, warp-per-row and block-per-row softmax, chunked reductions). Skipped without a GPU.
+// 1e-2, float16 within 4e-3. Inputs are fresh random draws; shapes are odd on purpose (tails after
+// 16-byte vectors, unaligned rows, warp-per-row and block-per-row softmax, chunked reductions).
+// Skipped without a GPU.
 //
 // float32 matmul: cuBLAS runs in IEEE float32 here because dptrain never enables TF32 unless asked
 // (cuda::set_allow_tf32, off by default; see core/cuda/handles.h). With TF32 the products would be
@@ -83,7 +84,8 @@ void expect_parity(const std::string& name, const Fn& f, const Inputs& inputs, d
     DType dtype;
     double rtol;
   };
-  for (Case c : {Case{DType::Float32, f32_rtol}, Case{DType::BFloat16, 1e-2}, Case{DType::Float64, 1e-10}}) {
+  for (Case c : {Case{DType::Float32, f32_rtol}, Case{DType::BFloat16, 1e-2}, Case{DType::Float16, 4e-3},
+                 Case{DType::Float64, 1e-10}}) {
     SCOPED_TRACE(name + " in " + dtype_name(c.dtype));
     Result cpu = run_on(Device::cpu(), c.dtype, f, inputs);
     Result gpu = run_on(Device::cuda(0), c.dtype, f, inputs);

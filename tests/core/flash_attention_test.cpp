@@ -87,13 +87,14 @@ TEST(CausalAttention, EqualsComposedPathForwardAndBackwardForStridedInputs) {
   expect_close(fused, ref, 1e-12, "float64");
 }
 
-TEST(CausalAttention, Float32AndBfloat16FollowFloat64) {
+TEST(CausalAttention, Float32Bfloat16AndFloat16FollowFloat64) {
   Generator gen(13);
   Tensor q = randn({1, 2, 33, 16}, gen, kF64), k = randn({1, 2, 33, 16}, gen, kF64);
   Tensor v = randn({1, 2, 33, 16}, gen, kF64), g = randn({1, 2, 33, 16}, gen, kF64);
   auto attention = [](auto a, auto b, auto c) { return causal_attention(a, b, c, 0.25); };
   Outcome ref = run(attention, q, k, v, g, Device::cpu());
-  for (auto [dtype, tol] : {std::pair{DType::Float32, 1e-5}, std::pair{DType::BFloat16, 2e-2}}) {
+  for (auto [dtype, tol] :
+       {std::pair{DType::Float32, 1e-5}, std::pair{DType::BFloat16, 2e-2}, std::pair{DType::Float16, 4e-3}}) {
     Outcome low = run(attention, q.to(dtype), k.to(dtype), v.to(dtype), g.to(dtype), Device::cpu());
     EXPECT_EQ(low.out.dtype(), dtype);
     expect_close(low, ref, tol, dtype_name(dtype));
@@ -139,7 +140,7 @@ TEST(CudaFlashAttention, MatchesCpuForwardAndGradients) {
   for (int64_t d : {64, 32, 128}) {
     for (int64_t t : {1, 17, 64, 256, 1000}) {
       if (d == 128 && t > 256) continue;  // D = 128 shares the code path; keep the CPU reference quick
-      for (DType dtype : {DType::BFloat16, DType::Float32}) {
+      for (DType dtype : {DType::BFloat16, DType::Float32, DType::Float16}) {  // float16: the SIMT kernels
         Generator gen(100 + t + d);
         TensorOptions opts = TensorOptions{}.with_dtype(dtype);
         const int64_t b = 1, h = 2;

@@ -74,11 +74,11 @@ TEST(LayerNormOp, ShapeMismatchNamesBothShapes) {
   }
 }
 
-TEST(CudaLayerNorm, MatchesCpuForwardAndBackwardInFloat32AndBfloat16) {
+TEST(CudaLayerNorm, MatchesCpuForwardAndBackwardInFloat32Bfloat16AndFloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   // Rows of 768 (GPT-2) and an odd width; 70 rows span several backward chunks and a partial one.
   for (int64_t n : {768, 37}) {
-    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    for (DType dtype : {DType::Float32, DType::BFloat16, DType::Float16}) {
       Generator gen(11 + n);
       TensorOptions opts = TensorOptions{}.with_dtype(dtype);
       Tensor x = randn({70, n}, gen, opts), w = randn({n}, gen, opts), b = randn({n}, gen, opts);

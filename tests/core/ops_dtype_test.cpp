@@ -1,5 +1,6 @@
-// Every op in float32 and bfloat16 agrees with float64, forward and backward, within the precision of
-// the dtype (bfloat16 keeps 8 significant bits; its statistics and GEMM accumulation are float32).
+// Every op in float32, bfloat16 and float16 agrees with float64, forward and backward, within the
+// precision of the dtype (bfloat16 keeps 8 significant bits, float16 11; their statistics and GEMM
+// accumulation are float32).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -58,7 +59,8 @@ void expect_dtypes_agree(const std::string& name, const Fn& f, const Inputs& inp
     DType dtype;
     double rtol, atol;
   };
-  for (Case c : {Case{DType::Float32, 1e-5, 1e-5}, Case{DType::BFloat16, 3e-2, 3e-2}}) {
+  for (Case c : {Case{DType::Float32, 1e-5, 1e-5}, Case{DType::BFloat16, 3e-2, 3e-2},
+                 Case{DType::Float16, 4e-3, 4e-3}}) {
     Result r = run_in(c.dtype, f, inputs);
     std::string what = name + " in " + dtype_name(c.dtype);
     expect_close(r.out, ref.out, c.rtol, c.atol, what + " output");

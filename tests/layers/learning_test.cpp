@@ -4,6 +4,7 @@
 #include <cmath>
 
 #include "core/bfloat16.h"
+#include "core/float16.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "layers/dropout.h"
@@ -72,6 +73,45 @@ TEST(Learning, MlpSolvesSpirals) {
   EXPECT_GE(accuracy(mlp.forward(xt), yt), 0.9);
 }
 
+// The same task in float16 with float32 masters and dynamic loss scaling: the same accuracy bar. A
+// short growth interval lets the scale grow (and back off on overflow) several times during the run.
+TEST(Learning, MlpSolvesSpiralsInFp16WithLossScaling) {
+  Tensor x, y;
+  make_spirals(100, &x, &y, 3);
+  Generator gen(0);
+  MLP mlp({2, 64, 64, 3}, "relu", gen);
+  optim::MixedPrecision mp(mlp.named_parameters(), DType::Float16, optim::LossScalerOptions{.growth_interval = 50});
+  optim::AdamOptions o;
+  o.lr = 0.01;
+  optim::Adam opt(mp.master_params(), o);
+  const Tensor x16 = x.to(DType::Float16);
+  double first = 0, last = 0;
+  int applied = 0;
+  for (int step = 0; step < 600; ++step) {
+    mlp.zero_grad();
+    opt.zero_grad();
+    Tensor loss = cross_entropy_loss(mlp.forward(x16), y);
+    EXPECT_EQ(loss.dtype(), DType::Float32);
+    mp.scale_loss(loss).backward();
+    const bool finite = mp.grads_to_master();
+    if (finite) {
+      opt.step();
+      mp.masters_to_model();
+      ++applied;
+    }
+    mp.update_scale(!finite);
+    if (step == 0) first = loss.item();
+    last = loss.item();
+  }
+  EXPECT_EQ(opt.step_count(), applied);
+  EXPECT_GE(applied, 550);  // a few skipped steps while the scale finds its level, not more
+  EXPECT_LT(last, 0.3 * first);
+  EXPECT_GE(accuracy(mlp.forward(x16), y), 0.95);
+  Tensor xt, yt;
+  make_spirals(50, &xt, &yt, 11);
+  EXPECT_GE(accuracy(mlp.forward(xt.to(DType::Float16)), yt), 0.9);
+}
+
 GPTConfig tiny_config() {
   GPTConfig c;
   c.vocab_size = 16;
@@ -99,10 +139,13 @@ std::vector<double> train_gpt(uint64_t seed, int steps, DType compute, double dr
     gpt.zero_grad();
     opt.zero_grad();
     Tensor loss = gpt.loss(idx, targets);
-    loss.backward();
-    mp.grads_to_master();
-    opt.step();
-    mp.masters_to_model();
+    mp.scale_loss(loss).backward();  // fp16: loss * loss scale; the identity otherwise
+    const bool finite = mp.grads_to_master();
+    if (finite) {
+      opt.step();
+      mp.masters_to_model();
+    }
+    mp.update_scale(!finite);
     losses.push_back(loss.item());
   }
   return losses;
@@ -116,6 +159,11 @@ TEST(Learning, TinyGptOverfitsOneBatch) {
 
 TEST(Learning, TinyGptOverfitsInBf16WithFloat32Masters) {
   auto losses = train_gpt(1, 150, DType::BFloat16);
+  EXPECT_LT(losses.back(), 0.15);
+}
+
+TEST(Learning, TinyGptOverfitsInFp16WithFloat32MastersAndLossScaling) {
+  auto losses = train_gpt(1, 150, DType::Float16);
   EXPECT_LT(losses.back(), 0.15);
 }
 
