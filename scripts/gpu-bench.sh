@@ -12,8 +12,8 @@ bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"
 out="${OUT:-${DPT_BUILD_DIR:-$root/build-gpu}}/bench.jsonl"
 workloads="${DPT_BENCH_WORKLOADS:-tiny_gpt mlp_92m gpt2_124m}"
 steps="${DPT_BENCH_STEPS:-20}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export LD_LIBRARY_PATH="$root/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
+source "$root/scripts/gpu-env.sh"
 : >"$out"
 
 for w in $workloads; do

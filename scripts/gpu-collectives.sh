@@ -12,8 +12,8 @@ out="${OUT:-${DPT_BUILD_DIR:-$root/build-gpu}}/collectives"
 gpus="${DPT_COLL_GPUS:-$(nvidia-smi -L | wc -l)}"
 iters="${DPT_COLL_ITERS:-50}"
 dtype="${DPT_COLL_DTYPE:-f32}"
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export LD_LIBRARY_PATH="$root/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
+source "$root/scripts/gpu-env.sh"
 mkdir -p "$out"
 common=(--ops allreduce --min-bytes 1K --max-bytes 1G --dtype "$dtype" --warmup 10 --iters "$iters")
 

@@ -14,9 +14,8 @@ workloads="${DPT_SCALING_WORKLOADS:-mlp_92m tiny_gpt gpt2_124m}"
 steps="${DPT_SCALING_STEPS:-30}"
 sweep="${DPT_SCALING_SWEEP:-5,25,100}"
 gpus="${DPT_SCALING_GPUS:-$(nvidia-smi -L | wc -l)}"
-# Never let NCCL or PyTorch set up NVLink multicast on these machines.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export LD_LIBRARY_PATH="$root/.deps/usr/lib/x86_64-linux-gnu${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+# NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
+source "$root/scripts/gpu-env.sh"
 mkdir -p "$out"
 ref="$out/pytorch.jsonl"
 : >"$ref"
