@@ -44,7 +44,7 @@ MixedPrecision::MixedPrecision(const NamedTensors& model_params, DType compute_d
 Tensor MixedPrecision::scale_loss(const Tensor& loss) const { return scaler_ ? scaler_->scale_loss(loss) : loss; }
 
 bool MixedPrecision::grads_to_master() {
-  if (!enabled()) return true;
+  if (!enabled() || fused_) return true;
   NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
     const Tensor& p = model_[i].second;
@@ -73,12 +73,24 @@ void MixedPrecision::update_scale(bool found_inf) {
 }
 
 void MixedPrecision::masters_to_model() {
-  if (!enabled()) return;
+  if (!enabled() || fused_) return;
   NoGradGuard no_grad;
   for (size_t i = 0; i < model_.size(); ++i) {
     Tensor p = model_[i].second;
     p.copy_(masters_[i].second);  // float32 -> bf16/fp16, round to nearest even
   }
+}
+
+}  // namespace dpt::optim
+
+namespace dpt::optim {
+
+void MixedPrecision::fuse_with(Optimizer& opt) {
+  DPT_CHECK(compute_dtype_ == DType::BFloat16, "MixedPrecision::fuse_with: only for bfloat16 compute, not {}",
+            dtype_name(compute_dtype_));
+  opt.set_compute_twins(model_);
+  for (const auto& [name, master] : masters_) master.set_grad(Tensor());
+  fused_ = true;
 }
 
 }  // namespace dpt::optim

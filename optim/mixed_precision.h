@@ -19,6 +19,7 @@
 #include "core/safetensors.h"
 #include "core/tensor.h"
 #include "optim/loss_scaler.h"
+#include "optim/optimizer.h"
 
 namespace dpt::optim {
 
@@ -49,11 +50,20 @@ class MixedPrecision {
   void update_scale(bool found_inf);
   void masters_to_model();
 
+  // bfloat16 only: `opt` (which must update master_params()) takes the model's bf16 parameters as its
+  // compute twins (optim/optimizer.h): its fused update reads their gradients and writes them, so the
+  // masters carry no gradients and grads_to_master / masters_to_model do nothing. Saves a float32
+  // gradient copy, its zeroing and a conversion pass per step. Not for float16 (gradients need
+  // unscaling and a finite check first) nor for clipping on the masters' gradients.
+  void fuse_with(Optimizer& opt);
+  bool fused() const { return fused_; }
+
  private:
   NamedTensors model_;
   NamedTensors masters_;
   DType compute_dtype_;
   std::unique_ptr<LossScaler> scaler_;
+  bool fused_ = false;
 };
 
 }  // namespace dpt::optim

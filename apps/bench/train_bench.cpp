@@ -15,6 +15,7 @@
 #include "core/ops.h"
 #include "distributed/ddp.h"
 #include "distributed/env.h"
+#include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"
@@ -69,6 +70,8 @@ struct Args {
   double peak_tflops = 0;  // 0: from the device name
   double bucket_cap_mb = 25;
   std::string comm_dtype;  // empty: the gradients' dtype
+  bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
+  bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
 };
 
 Args parse(int argc, char** argv) {
@@ -87,8 +90,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--peak-tflops") a.peak_tflops = std::stod(value());
     else if (k == "--bucket-cap-mb") a.bucket_cap_mb = std::stod(value());
     else if (k == "--comm-dtype") a.comm_dtype = value();
+    else if (k == "--overlap-optimizer") a.overlap_optimizer = true;
+    else if (k == "--unfused-master") a.unfused_master = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
-                  "--peak-tflops, --bucket-cap-mb, --comm-dtype)", k);
+                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --unfused-master)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
   DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
@@ -137,7 +142,13 @@ int run_train_bench(int argc, char** argv) {
     o.bucket_cap_mb = args.bucket_cap_mb;
     if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
     ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
+    if (args.overlap_optimizer) dist::step_in_backward(*ddp, opt);
   }
+  // bf16: the fused update reads the bf16 gradients and writes the bf16 parameters itself (no float32
+  // gradient copies, no separate conversion pass; optim/optimizer.h set_compute_twins).
+  const bool twins = compute == DType::BFloat16 && !args.unfused_master;
+  if (twins) mp.fuse_with(opt);
+  const bool optimizer_in_backward = ddp && args.overlap_optimizer;
 
   // 2. One fixed random batch on the device (what the PyTorch reference does too).
   Generator data_gen(1 + static_cast<uint64_t>(env.rank));
@@ -156,6 +167,13 @@ int run_train_bench(int argc, char** argv) {
   }
 
   auto step = [&]() {
+    if (twins) {
+      model->zero_grad();
+      Tensor loss = w.gpt ? static_cast<nn::GPT&>(*model).loss(x, y) : nn::cross_entropy_loss(model->forward(x), y);
+      loss.backward();
+      if (!optimizer_in_backward) opt.step();
+      return loss;
+    }
     model->zero_grad();
     if (mp.enabled()) opt.zero_grad();  // float32 masters are separate tensors only under bf16/fp16
     Tensor loss = w.gpt ? static_cast<nn::GPT&>(*model).loss(x, y) : nn::cross_entropy_loss(model->forward(x), y);

@@ -7,7 +7,10 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "layers/losses.h"
+#include "layers/mlp.h"
 #include "optim/adam.h"
+#include "optim/mixed_precision.h"
 #include "optim/sgd.h"
 
 namespace dpt::optim {
@@ -106,6 +109,55 @@ TEST(ComputeTwins, RejectsTwinsThatMatchNoParameter) {
   EXPECT_THROW(opt.set_compute_twins(wrong), Error);
   NamedTensors short_list(m.twins.begin(), m.twins.end() - 1);
   EXPECT_THROW(opt.set_compute_twins(short_list), Error);
+}
+
+// A bf16 MLP trained through MixedPrecision::fuse_with equals the classic master-gradient path bit for bit.
+void fused_mixed_precision_matches_classic(Device device) {
+  auto train = [&](bool fused) {
+    Generator gen(3);
+    auto model = std::make_shared<nn::MLP>(std::vector<int64_t>{6, 16, 16, 3}, "relu", gen);
+    model->to(device);
+    MixedPrecision mp(model->named_parameters(), DType::BFloat16);
+    AdamOptions o;
+    o.lr = 1e-2;
+    AdamW opt(weight_decay_groups(mp.master_params(), 0.1), o);
+    if (fused) mp.fuse_with(opt);
+    Generator data(4);
+    Tensor x = randn({8, 6}, data).to(device).to(DType::BFloat16);
+    Tensor y = randint({8}, 0, 3, data, TensorOptions{}.with_dtype(DType::Int64)).to(device);
+    for (int step = 0; step < 3; ++step) {
+      model->zero_grad();
+      if (!fused) opt.zero_grad();
+      nn::cross_entropy_loss(model->forward(x), y).backward();
+      EXPECT_TRUE(mp.grads_to_master());
+      opt.step();
+      mp.masters_to_model();
+    }
+    return std::make_pair(mp.master_params(), model->named_parameters());
+  };
+  auto [classic_masters, classic_model] = train(false);
+  auto [fused_masters, fused_model] = train(true);
+  for (size_t i = 0; i < classic_masters.size(); ++i) {
+    expect_equal(fused_masters[i].second, classic_masters[i].second, "master " + classic_masters[i].first);
+    expect_equal(fused_model[i].second, classic_model[i].second, "model " + classic_model[i].first);
+  }
+}
+
+TEST(ComputeTwins, FusedMixedPrecisionTrainsLikeMasterGradientsOnCpu) {
+  fused_mixed_precision_matches_classic(Device::cpu());
+}
+
+TEST(ComputeTwins, CudaFusedMixedPrecisionTrainsLikeMasterGradients) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  fused_mixed_precision_matches_classic(Device::cuda());
+}
+
+TEST(ComputeTwins, FuseWithIsOnlyForBfloat16) {
+  Generator gen(3);
+  nn::MLP model(std::vector<int64_t>{4, 4}, "relu", gen);
+  MixedPrecision mp(model.named_parameters(), DType::Float32);
+  AdamW opt(mp.master_params(), AdamOptions{});
+  EXPECT_THROW(mp.fuse_with(opt), Error);
 }
 
 // begin_step + update(subset) over disjoint subsets = step(), for Adam (state, bias correction) and SGD.
