@@ -19,11 +19,16 @@
 // shuffles and MMA instructions in a fixed pattern. No atomics: the same inputs give the same bits on
 // every run.
 //
+// bfloat16 runs by default on the mma.sync kernels of core/cuda/flash_attention_mma.cu (same algorithm,
+// fragments in registers, cp.async double buffering; its own comment gives the layouts). The two
+// implementations below remain: DPT_FLASH_IMPL=wmma selects the WMMA kernels and DPT_FLASH_IMPL=simt
+// (or DPT_FLASH_SIMT=1) the SIMT kernels for bfloat16, so a regression can be isolated on a GPU machine.
+//
 // Two implementations of the same tiles (kBr = kBc = 64 everywhere):
 //
-// * bfloat16: tensor cores (WMMA bf16 16x16x16 fragments, float accumulators), 4 warps per block; warp
-//   w owns rows 16 w .. 16 w + 15 of the block's 64-row tile (queries in the forward and the dQ
-//   kernel, keys in the dK/dV kernel). Tile products go through the warp's float scratch in shared
+// * bfloat16 (DPT_FLASH_IMPL=wmma): tensor cores (WMMA bf16 16x16x16 fragments, float accumulators),
+//   4 warps per block; warp w owns rows 16 w .. 16 w + 15 of the block's 64-row tile (queries in the
+//   forward and the dQ kernel, keys in the dK/dV kernel). Tile products go through the warp's float scratch in shared
 //   memory, where lane 2 r + h applies the mask and the softmax to half h of row r (the accumulator
 //   fragment layout is unspecified, and the online rescale needs rows); P and dS are rounded to bf16
 //   for the next product, as FlashAttention-2 does. The forward keeps O in registers in the lane
@@ -33,8 +38,8 @@
 //     forward   Q, K, V bf16 tiles + per warp S / P V scratch and P      D=32: 41 KB  D=64: 53 KB  D=128: 93 KB
 //     dK/dV     K, V, Q, dO + per warp S^T, dP^T, P^T, dS^T               D=32: 73 KB  D=64: 89 KB  D=128: 137 KB
 //     dQ        Q, dO, K, V + per warp S, dP, dS                          D=32: 64 KB  D=64: 80 KB  D=128: 128 KB
-//   Used when every tensor starts 16-byte aligned (tile loads are 16-byte vectors) and DPT_FLASH_SIMT
-//   is not 1.
+//   Used when every tensor starts 16-byte aligned (tile loads are 16-byte vectors) and
+//   DPT_FLASH_IMPL=wmma. (The mma kernels have the same alignment requirement.)
 //
 // * float32, float16 (and bfloat16 when asked or misaligned): SIMT, float32 arithmetic. float16 always
 //   takes this path: the tensor-core kernels are written for bf16 fragments only. 256 threads form a
@@ -58,6 +63,7 @@
 #include <cstdlib>
 #include <cstring>
 
+#include "core/cuda/flash_attention_mma.cuh"
 #include "core/cuda/kernel_utils.cuh"
 #include "core/flash_attention_kernels.h"
 
@@ -845,11 +851,11 @@ void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, cudaStream_t st
 }
 
 // bfloat16 runs on tensor cores when every tensor starts 16-byte aligned (the tile loads are 16-byte
-// vectors), unless DPT_FLASH_SIMT=1 asks for the SIMT kernels (read per call, so a test can compare).
+// vectors), unless DPT_FLASH_IMPL=simt (or DPT_FLASH_SIMT=1) asks for the SIMT kernels (read per call,
+// so a test can compare). Which tensor-core kernels: flash_impl_from_env (mma.sync unless wmma).
 bool use_tensor_cores(DType dtype, std::initializer_list<const Tensor*> tensors) {
   if (dtype != DType::BFloat16) return false;
-  const char* simt = std::getenv("DPT_FLASH_SIMT");
-  if (simt != nullptr && std::strcmp(simt, "1") == 0) return false;
+  if (flash_impl_from_env() == FlashImpl::kSimt) return false;
   for (const Tensor* t : tensors) {
     if (!aligned16(t->data_ptr())) return false;
   }
@@ -903,6 +909,11 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   const dim3 grid = flash_grid(bh, t, kBr, "flash_attention_forward");
   const float scale_log2 = static_cast<float>(scale) * kLog2e;
   const bool tc = use_tensor_cores(q.dtype(), {&q, &k, &v, &out});
+  if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d)) {
+    flash_forward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), lse.data<float>(), bh,
+                      t, d, scale_log2, stream);
+    return;
+  }
   visit_flash(q.dtype(), d, "flash_attention_forward", [&](auto tag, auto dim) {
     using T = decltype(tag);
     constexpr int D = decltype(dim)::value;
@@ -932,6 +943,12 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   const float scale_f = static_cast<float>(scale), scale_log2 = scale_f * kLog2e;
   const int64_t rows = bh * t;
   const bool tc = use_tensor_cores(q.dtype(), {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v});
+  if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d)) {
+    flash_backward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(),
+                       grad_out.data<bf16_t>(), lse.data<float>(), grad_q.data<bf16_t>(), grad_k.data<bf16_t>(),
+                       grad_v.data<bf16_t>(), bh, t, d, scale_f, device, stream);
+    return;
+  }
   DeviceBuffer dvec(static_cast<size_t>(rows) * sizeof(float), device);
   visit_flash(q.dtype(), d, "flash_attention_backward", [&](auto tag, auto dim) {
     using T = decltype(tag);

@@ -5,6 +5,7 @@
 
 #include <cmath>
 #include <cstdlib>
+#include <string>
 #include <tuple>
 
 #include "core/cuda_runtime.h"
@@ -61,6 +62,32 @@ void expect_close(const Outcome& got, const Outcome& want, double tol, const std
 }
 
 const TensorOptions kF64 = TensorOptions{}.with_dtype(DType::Float64);
+
+// Sets an environment variable for one scope (the CUDA kernels read DPT_FLASH_IMPL and
+// DPT_FLASH_MMA_WARPS per call), restoring the previous value after.
+class ScopedEnv {
+ public:
+  ScopedEnv(const char* name, const char* value) : name_(name) {
+    const char* old = std::getenv(name);
+    had_ = old != nullptr;
+    if (had_) old_ = old;
+    ::setenv(name, value, 1);
+  }
+  ~ScopedEnv() {
+    if (had_) {
+      ::setenv(name_, old_.c_str(), 1);
+    } else {
+      ::unsetenv(name_);
+    }
+  }
+  ScopedEnv(const ScopedEnv&) = delete;
+  ScopedEnv& operator=(const ScopedEnv&) = delete;
+
+ private:
+  const char* name_;
+  bool had_ = false;
+  std::string old_;
+};
 
 }  // namespace
 
@@ -158,8 +185,9 @@ TEST(CudaFlashAttention, MatchesCpuForwardAndGradients) {
   }
 }
 
-// bfloat16 normally runs on tensor cores; DPT_FLASH_SIMT=1 selects the SIMT kernels. Both must agree
-// with the CPU (so a failure of one path points at its kernels).
+// bfloat16 runs on the mma.sync kernels by default; DPT_FLASH_IMPL=wmma selects the older tensor-core
+// kernels and simt (or DPT_FLASH_SIMT=1) the SIMT kernels. All must agree with the CPU (so a failure
+// of one path points at its kernels).
 TEST(CudaFlashAttention, TensorCoreAndSimtPathsBothMatchCpuInBfloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   Generator gen(21);
@@ -168,12 +196,57 @@ TEST(CudaFlashAttention, TensorCoreAndSimtPathsBothMatchCpuInBfloat16) {
   Tensor v = randn({2, 3, 200, 64}, gen, opts), g = randn({2, 3, 200, 64}, gen, opts);
   auto attention = [](auto x, auto y, auto z) { return causal_attention(x, y, z, 0.125); };
   Outcome cpu = run(attention, q, k, v, g, Device::cpu());
-  Outcome tc = run(attention, q, k, v, g, Device::cuda(0));
-  ::setenv("DPT_FLASH_SIMT", "1", 1);
-  Outcome simt = run(attention, q, k, v, g, Device::cuda(0));
-  ::unsetenv("DPT_FLASH_SIMT");
-  expect_close(tc, cpu, 2e-2, "tensor cores", 1.0);
-  expect_close(simt, cpu, 2e-2, "SIMT", 1.0);
+  expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, "default (mma)", 1.0);
+  for (const char* impl : {"mma", "wmma", "simt"}) {
+    ScopedEnv env("DPT_FLASH_IMPL", impl);
+    expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, impl, 1.0);
+  }
+  {
+    ScopedEnv env("DPT_FLASH_SIMT", "1");
+    expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, "DPT_FLASH_SIMT=1", 1.0);
+  }
+}
+
+// The mma.sync kernels at lengths around the tile boundaries (64-key tiles, 16-row warp blocks, 64- or
+// 128-row blocks), T = 1, and every head size, with 4 warps per block and (D = 64) with 8; the WMMA
+// kernels at the same shapes, so a regression in either points at its kernels.
+TEST(CudaFlashAttention, MmaKernelsMatchCpuAtTileBoundariesInBfloat16) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
+  for (int64_t d : {64, 32, 128}) {
+    for (int64_t t : {1, 2, 15, 16, 17, 63, 65, 127, 128, 129, 191, 300}) {
+      if (d != 64 && t > 129) continue;
+      Generator gen(300 + t + d);
+      Tensor q = randn({1, 3, t, d}, gen, opts), k = randn({1, 3, t, d}, gen, opts);
+      Tensor v = randn({1, 3, t, d}, gen, opts), g = randn({1, 3, t, d}, gen, opts);
+      const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+      auto attention = [&](auto x, auto y, auto z) { return causal_attention(x, y, z, scale); };
+      Outcome cpu = run(attention, q, k, v, g, Device::cpu());
+      const std::string shape = "T=" + std::to_string(t) + " D=" + std::to_string(d);
+      for (const char* impl : {"mma", "wmma"}) {
+        ScopedEnv env("DPT_FLASH_IMPL", impl);
+        expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, std::string(impl) + " " + shape, 1.0);
+      }
+      if (d == 64) {
+        ScopedEnv env("DPT_FLASH_MMA_WARPS", "8");
+        expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, "mma 8 warps " + shape, 1.0);
+      }
+    }
+  }
+}
+
+// Large scores (scale 1: logits of size ~ sqrt(D)) stress the online softmax rescaling: the running
+// maximum changes from tile to tile and most probabilities underflow.
+TEST(CudaFlashAttention, MmaKernelsHandleLargeScores) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator gen(23);
+  TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
+  Tensor q = randn({1, 2, 333, 64}, gen, opts), k = randn({1, 2, 333, 64}, gen, opts);
+  Tensor v = randn({1, 2, 333, 64}, gen, opts), g = randn({1, 2, 333, 64}, gen, opts);
+  auto attention = [](auto x, auto y, auto z) { return causal_attention(x, y, z, 1.0); };
+  Outcome cpu = run(attention, q, k, v, g, Device::cpu());
+  ScopedEnv env("DPT_FLASH_IMPL", "mma");
+  expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 3e-2, "scale 1", 1.0);
 }
 
 TEST(CudaFlashAttention, StridedInputsMatchCpu) {
@@ -193,11 +266,14 @@ TEST(CudaFlashAttention, BackwardIsBitwiseDeterministic) {
   Tensor q = randn({2, 4, 300, 64}, gen, opts), k = randn({2, 4, 300, 64}, gen, opts);
   Tensor v = randn({2, 4, 300, 64}, gen, opts), g = randn({2, 4, 300, 64}, gen, opts);
   auto attention = [](auto x, auto y, auto z) { return causal_attention(x, y, z, 0.125); };
-  Outcome a = run(attention, q, k, v, g, Device::cuda(0)), b = run(attention, q, k, v, g, Device::cuda(0));
-  EXPECT_EQ(a.out.to_vector<double>(), b.out.to_vector<double>());
-  EXPECT_EQ(a.gq.to_vector<double>(), b.gq.to_vector<double>());
-  EXPECT_EQ(a.gk.to_vector<double>(), b.gk.to_vector<double>());
-  EXPECT_EQ(a.gv.to_vector<double>(), b.gv.to_vector<double>());
+  for (const char* impl : {"mma", "wmma"}) {
+    ScopedEnv env("DPT_FLASH_IMPL", impl);
+    Outcome a = run(attention, q, k, v, g, Device::cuda(0)), b = run(attention, q, k, v, g, Device::cuda(0));
+    EXPECT_EQ(a.out.to_vector<double>(), b.out.to_vector<double>()) << impl;
+    EXPECT_EQ(a.gq.to_vector<double>(), b.gq.to_vector<double>()) << impl;
+    EXPECT_EQ(a.gk.to_vector<double>(), b.gk.to_vector<double>()) << impl;
+    EXPECT_EQ(a.gv.to_vector<double>(), b.gv.to_vector<double>()) << impl;
+  }
 }
 
 TEST(CudaFlashAttention, UnsupportedHeadSizeAndFloat64TakeTheComposedPath) {
