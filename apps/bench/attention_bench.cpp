@@ -1,0 +1,244 @@
+// dpt-bench attention: the fused causal attention kernels (core/ops_flash_attention.h) timed on their
+// own at one shape (default GPT-2 124M: B 16, H 12, T 1024, D 64, bfloat16): the forward kernel and
+// the whole backward (statistics, dK/dV and dQ kernels), for each implementation asked for
+// (DPT_FLASH_IMPL, see core/cuda/flash_attention_mma.cuh). FLOPs count the causal half only:
+// forward 2 B H T^2 D (Q K^T and P V over the visible triangle), backward 2.5 times that (dV, dP, dK,
+// dQ and the recomputed S: five products where the forward has two), as FlashAttention reports them.
+// --check compares the fused op (forward and the three gradients, through autograd) with the composed
+// path matmul -> causal_softmax -> matmul run in float32 on the same values.
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/flash_attention_kernels.h"
+#include "core/kernel_dispatch.h"
+#include "core/ops.h"
+#include "core/ops_attention.h"
+#include "core/ops_flash_attention.h"
+#include "subcommand.h"
+
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/stream.h"
+#endif
+
+namespace dpt::bench {
+namespace {
+
+struct Options {
+  int64_t batch = 16, heads = 12, seq = 1024, dim = 64;
+  DType dtype = DType::BFloat16;
+  int warmup = 5;
+  int iters = 20;
+  std::vector<std::string> impls{"mma", "wmma"};
+  bool check = false;
+  bool cpu = false;
+};
+
+void usage() {
+  std::printf(
+      "usage: dpt-bench attention [--batch 16] [--heads 12] [--seq 1024] [--dim 64] [--dtype bf16|f32]\n"
+      "                           [--warmup 5] [--iters 20] [--impl mma,wmma,simt] [--check] [--cpu]\n"
+      "Times the fused causal attention forward and backward (median of --iters after --warmup runs,\n"
+      "CUDA events) for each implementation in --impl and prints ms and TFLOP/s per phase. --check also\n"
+      "compares output and gradients with the composed path in float32 (exit code 1 beyond 2e-2).\n");
+}
+
+std::vector<std::string> split_commas(const std::string& s) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= s.size()) {
+    const size_t end = s.find(',', start);
+    const std::string item = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
+    if (!item.empty()) out.push_back(item);
+    if (end == std::string::npos) break;
+    start = end + 1;
+  }
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      DPT_CHECK(i + 1 < argc, "dpt-bench attention: {} needs a value", a);
+      return argv[++i];
+    };
+    if (a == "--batch") {
+      o.batch = std::stoll(value());
+    } else if (a == "--heads") {
+      o.heads = std::stoll(value());
+    } else if (a == "--seq") {
+      o.seq = std::stoll(value());
+    } else if (a == "--dim") {
+      o.dim = std::stoll(value());
+    } else if (a == "--dtype") {
+      const std::string d = value();
+      DPT_CHECK(d == "bf16" || d == "f32", "dpt-bench attention: --dtype must be bf16 or f32, found '{}'", d);
+      o.dtype = d == "bf16" ? DType::BFloat16 : DType::Float32;
+    } else if (a == "--warmup") {
+      o.warmup = std::stoi(value());
+    } else if (a == "--iters") {
+      o.iters = std::stoi(value());
+    } else if (a == "--impl") {
+      o.impls = split_commas(value());
+      for (const auto& impl : o.impls) {
+        DPT_CHECK(impl == "mma" || impl == "wmma" || impl == "simt",
+                  "dpt-bench attention: --impl takes mma, wmma or simt, found '{}'", impl);
+      }
+    } else if (a == "--check") {
+      o.check = true;
+    } else if (a == "--cpu") {
+      o.cpu = true;
+    } else if (a == "--help" || a == "-h") {
+      usage();
+      std::exit(0);
+    } else {
+      DPT_FAIL("dpt-bench attention: unknown option '{}' (see --help)", a);
+    }
+  }
+  DPT_CHECK(o.iters > 0 && o.warmup >= 0 && o.batch > 0 && o.heads > 0 && o.seq > 0 && !o.impls.empty(),
+            "dpt-bench attention: need positive --batch, --heads, --seq, --iters, --warmup >= 0 and an --impl");
+  DPT_CHECK(fused_causal_attention_supported(o.dtype, o.dim),
+            "dpt-bench attention: no fused kernel for {} with head size {} (32, 64 or 128)", dtype_name(o.dtype),
+            o.dim);
+  return o;
+}
+
+// Median milliseconds of `iters` runs of `run`, each bracketed by its own pair of events on a GPU.
+double median_ms(const Options& o, const Device& device, const std::function<void()>& run) {
+  for (int i = 0; i < o.warmup; ++i) run();
+  std::vector<double> ms;
+#ifdef DPT_HAVE_CUDA
+  if (device.is_cuda()) {
+    std::vector<cuda::CudaEvent> events;
+    for (int i = 0; i < 2 * o.iters; ++i) events.emplace_back(true, device.index);
+    for (int i = 0; i < o.iters; ++i) {
+      events[2 * static_cast<size_t>(i)].record();
+      run();
+      events[2 * static_cast<size_t>(i) + 1].record();
+    }
+    events.back().synchronize();
+    for (int i = 0; i < o.iters; ++i) {
+      ms.push_back(events[2 * static_cast<size_t>(i)].elapsed_ms(events[2 * static_cast<size_t>(i) + 1]));
+    }
+  }
+#endif
+  if (!device.is_cuda()) {
+    for (int i = 0; i < o.iters; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      run();
+      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  std::sort(ms.begin(), ms.end());
+  return ms[ms.size() / 2];
+}
+
+// max |a - b| / max |b| over all elements.
+double max_relative(const Tensor& a, const Tensor& b) {
+  const auto va = a.to_vector<double>(), vb = b.to_vector<double>();
+  double num = 0, den = 1e-30;
+  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
+    num = std::max(num, std::abs(va[i] - vb[i]));
+    den = std::max(den, std::abs(vb[i]));
+  }
+  return num / den;
+}
+
+struct Grads {
+  Tensor out, gq, gk, gv;
+};
+
+template <class F>
+Grads forward_backward(F&& attention, const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& g) {
+  Tensor ql = q.detach().clone().requires_grad_(), kl = k.detach().clone().requires_grad_();
+  Tensor vl = v.detach().clone().requires_grad_();
+  Tensor out = attention(ql, kl, vl);
+  out.backward(g);
+  return {out, ql.grad(), kl.grad(), vl.grad()};
+}
+
+int run_attention_bench(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const bool gpu = !o.cpu && cuda::is_available();
+  const Device device = gpu ? Device::cuda(0) : Device::cpu();
+  const TensorOptions opts = TensorOptions{}.with_dtype(o.dtype).with_device(device);
+  const int64_t bh = o.batch * o.heads, t = o.seq, d = o.dim;
+  const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+  Generator gen(4321);
+  const Shape shape{o.batch, o.heads, t, d};
+  Tensor q = randn(shape, gen, opts), k = randn(shape, gen, opts), v = randn(shape, gen, opts);
+  Tensor g = randn(shape, gen, opts);
+  Tensor out = Tensor::empty(shape, opts), lse = Tensor::empty({o.batch, o.heads, t}, opts.with_dtype(DType::Float32));
+  Tensor gq = Tensor::empty(shape, opts), gk = Tensor::empty(shape, opts), gv = Tensor::empty(shape, opts);
+
+  const double fwd_flop =
+      2.0 * static_cast<double>(bh) * static_cast<double>(t) * static_cast<double>(t) * static_cast<double>(d);
+  const double bwd_flop = 2.5 * fwd_flop;
+  const std::string device_name = gpu ? cuda::device_name(device.index) : "cpu";
+  std::printf(
+      "dpt-bench attention: B %lld H %lld T %lld D %lld %s on %s, median of %d (causal FLOPs: forward "
+      "%.2f GFLOP, backward %.2f GFLOP)\n",
+      static_cast<long long>(o.batch), static_cast<long long>(o.heads), static_cast<long long>(t),
+      static_cast<long long>(d), dtype_name(o.dtype), device_name.c_str(), o.iters, fwd_flop * 1e-9, bwd_flop * 1e-9);
+
+  const char* saved = std::getenv("DPT_FLASH_IMPL");
+  const std::string saved_impl = saved != nullptr ? saved : "";
+  int status = 0;
+  for (const std::string& impl : o.impls) {
+    ::setenv("DPT_FLASH_IMPL", impl.c_str(), 1);
+    const double fwd_ms = median_ms(
+        o, device, [&] { DPT_KERNEL_DISPATCH(device, flash_attention_forward, q, k, v, out, lse, bh, t, d, scale); });
+    const double bwd_ms = median_ms(o, device, [&] {
+      DPT_KERNEL_DISPATCH(device, flash_attention_backward, q, k, v, out, g, lse, gq, gk, gv, bh, t, d, scale);
+    });
+    std::printf("  %-5s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s   total %8.3f ms\n",
+                impl.c_str(), fwd_ms, fwd_flop / (fwd_ms * 1e9), bwd_ms, bwd_flop / (bwd_ms * 1e9), fwd_ms + bwd_ms);
+    std::printf(
+        "{\"bench\": \"attention\", \"impl\": \"%s\", \"device\": \"%s\", \"b\": %lld, \"h\": %lld, \"t\": "
+        "%lld, \"d\": %lld, \"dtype\": \"%s\", \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
+        "\"forward_tflops\": %.2f, \"backward_tflops\": %.2f}\n",
+        impl.c_str(), device_name.c_str(), static_cast<long long>(o.batch), static_cast<long long>(o.heads),
+        static_cast<long long>(t), static_cast<long long>(d), dtype_name(o.dtype), fwd_ms, bwd_ms,
+        fwd_flop / (fwd_ms * 1e9), bwd_flop / (bwd_ms * 1e9));
+
+    if (o.check) {
+      auto fused = [&](const Tensor& a, const Tensor& b, const Tensor& c) { return causal_attention(a, b, c, scale); };
+      auto composed = [&](const Tensor& a, const Tensor& b, const Tensor& c) {
+        return matmul(causal_softmax(matmul(a, b, false, true), scale), c);
+      };
+      auto f32 = [](const Tensor& x) { return x.to(DType::Float32); };
+      const Grads got = forward_backward(fused, q, k, v, g);
+      const Grads want = forward_backward(composed, f32(q), f32(k), f32(v), f32(g));
+      const double tol = o.dtype == DType::Float32 ? 1e-4 : 2e-2;
+      const double e_out = max_relative(got.out, want.out), e_q = max_relative(got.gq, want.gq);
+      const double e_k = max_relative(got.gk, want.gk), e_v = max_relative(got.gv, want.gv);
+      const bool ok = e_out < tol && e_q < tol && e_k < tol && e_v < tol;
+      std::printf("  %-5s check against the composed path in float32: out %.2e  dq %.2e  dk %.2e  dv %.2e  %s\n",
+                  impl.c_str(), e_out, e_q, e_k, e_v, ok ? "ok" : "FAILED");
+      if (!ok) status = 1;
+    }
+  }
+  if (saved != nullptr) {
+    ::setenv("DPT_FLASH_IMPL", saved_impl.c_str(), 1);
+  } else {
+    ::unsetenv("DPT_FLASH_IMPL");
+  }
+  return status;
+}
+
+}  // namespace
+}  // namespace dpt::bench
+
+DPT_BENCH_SUBCOMMAND(attention,
+                     "fused causal attention kernels: forward and backward ms and TFLOP/s per implementation",
+                     [](int argc, char** argv) { return dpt::bench::run_attention_bench(argc, argv); });
