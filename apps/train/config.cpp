@@ -115,8 +115,9 @@ std::vector<Field> build_schema() {
           .help = "examples per process (per GPU) per micro-batch");
   DPT_KEY(Int, "training.grad_accum", training.grad_accum, .min = 1, .max = 1 << 16,
           .help = "micro-batches per optimizer step");
-  DPT_KEY(Choice, "training.precision", training.precision, .choices = {"auto", "fp32", "bf16"},
-          .help = "compute precision; auto: bf16 (float32 masters) on a GPU, fp32 on the CPU");
+  DPT_KEY(Choice, "training.precision", training.precision, .choices = {"auto", "fp32", "bf16", "fp16"},
+          .help = "compute precision; auto: bf16 (float32 masters) on a GPU, fp32 on the CPU; fp16: float32 "
+                  "masters and dynamic loss scaling");
   DPT_KEY(Int, "training.seed", training.seed, .min = 0, .help = "seed of initialization, data order and dropout");
   DPT_KEY(String, "training.device", training.device, .help = "auto | cpu | cuda | cuda:N");
   DPT_KEY(Float, "training.grad_clip", training.grad_clip, .min = 0, .help = "max gradient norm; 0: off");

@@ -79,7 +79,7 @@ struct TrainingConfig {
   int64_t epochs = 0;
   int64_t batch_size = 32;         // per process (per GPU), per micro-batch
   int64_t grad_accum = 1;          // micro-batches per optimizer step
-  std::string precision = "auto";  // auto (bf16 on a GPU, fp32 on the CPU) | fp32 | bf16
+  std::string precision = "auto";  // auto (bf16 on a GPU, fp32 on the CPU) | fp32 | bf16 | fp16
   int64_t seed = 0;
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (auto: the local rank's GPU when there is one)
   double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping

@@ -66,9 +66,10 @@ void MetricsLog::train(const TrainRecord& r) {
   write_line(fmt::format(
       "{{\"type\": \"train\", \"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
       "\"step_ms\": {:.3f}, \"throughput\": {:.1f}, \"throughput_per_gpu\": {:.1f}, "
-      "\"unit\": \"{}\", \"mfu\": {}, \"elapsed_s\": {:.3f}, \"skipped\": {}}}",
+      "\"unit\": \"{}\", \"mfu\": {}, \"elapsed_s\": {:.3f}, \"skipped\": {}{}}}",
       r.step, number(r.loss), number(r.lr), number(r.grad_norm), r.step_ms, r.throughput, r.throughput_per_gpu, r.unit,
-      r.mfu < 0 ? "null" : fmt::format("{:.4f}", r.mfu), r.elapsed_s, r.skipped ? "true" : "false"));
+      r.mfu < 0 ? "null" : fmt::format("{:.4f}", r.mfu), r.elapsed_s, r.skipped ? "true" : "false",
+      r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", number(r.loss_scale)) : ""));
 }
 
 void MetricsLog::eval(int64_t step, double val_loss) {

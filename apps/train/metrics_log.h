@@ -4,7 +4,8 @@
 // a terminal.
 //
 // Records: {"type": "train", "step", "loss", "lr", "grad_norm", "step_ms", "throughput",
-// "throughput_per_gpu", "unit", "mfu", "elapsed_s", "skipped"} and {"type": "eval", "step", "val_loss"}.
+// "throughput_per_gpu", "unit", "mfu", "elapsed_s", "skipped"} (plus "loss_scale" under fp16) and
+// {"type": "eval", "step", "val_loss"}.
 // Numbers are written in their shortest exact form, so two runs can be compared digit for digit;
 // non-finite values are written as null (JSON has no NaN).
 #include <cstdint>
@@ -26,6 +27,7 @@ struct TrainRecord {
   double mfu = -1;                // < 0: not measured (CPU, or a model without a FLOP count)
   double elapsed_s = 0;
   bool skipped = false;  // non-finite: no update was applied
+  double loss_scale = 0;  // fp16 loss scale of the step; 0: no loss scaling (not written)
 };
 
 class MetricsLog {

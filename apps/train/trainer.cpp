@@ -2,10 +2,12 @@
 //   1. the learning rate for this step (a pure function of the step: resuming needs nothing else)
 //   2. grad_accum micro-batches: forward, backward of loss / grad_accum; DDP averages gradients
 //      across ranks during the LAST backward only (no_sync() on the others)
-//   3. gradients to the float32 masters (mixed precision), global norm, clipping
+//   3. gradients to the float32 masters (mixed precision; under fp16 unscaled and checked for inf/NaN),
+//      global norm, clipping
 //   4. the ranks agree on the step's outcome: mean loss, whether any rank saw a non-finite loss or
 //      norm, whether any rank was asked to stop — so every rank takes the same branch below
-//   5. the update (or, when non-finite, no update), masters back to the model, gradients zeroed
+//   5. the update (or, when non-finite, no update), masters back to the model, gradients zeroed; under
+//      fp16 the loss scale backs off after a skipped step and grows after enough finite ones
 //   6. logging, evaluation and checkpoints at their intervals
 #include "trainer.h"
 
@@ -14,6 +16,7 @@
 #include <chrono>
 #include <cmath>
 #include <csignal>
+#include <limits>
 #include <set>
 
 #include "checkpointing.h"
@@ -57,15 +60,20 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
     if (ddp_ && micro + 1 < accum) no_sync.emplace(*ddp_);
     Tensor loss = model_->loss(batch, compute_);
-    (accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss).backward();
+    // Under fp16 backward starts from loss * loss scale (optim/loss_scaler.h); the identity otherwise.
+    mixed_->scale_loss(accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss).backward();
     loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
   }
-  // 3. Masters, norm, clipping (a non-finite norm is returned unclipped).
-  mixed_->grads_to_master();
+  // 3. Masters, norm, clipping (a non-finite norm is returned unclipped). Under fp16 an inf/NaN
+  // gradient (one device flag read) skips the norm: the step will be skipped anyway.
+  StepResult r;
+  r.loss_scale = mixed_->loss_scale();
+  const bool finite_grads = mixed_->grads_to_master();
   const NamedTensors& masters = mixed_->master_params();
   const double clip = config_.training.grad_clip;
-  StepResult r;
-  if (clip > 0) {
+  if (!finite_grads) {
+    r.grad_norm = std::numeric_limits<double>::infinity();
+  } else if (clip > 0) {
     r.grad_norm = optim::clip_grad_norm(masters, clip);
   } else {
     std::vector<Tensor> tensors;
@@ -73,17 +81,22 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     r.grad_norm = optim::grad_norm(tensors);
   }
   const double local_loss = loss_sum.item() / static_cast<double>(accum);
-  // 4. Agreement across ranks.
+  // 4. Agreement across ranks. (Under DDP an inf gradient on one rank is inf in every rank's AllReduced
+  // gradient already; the agreement makes the skip explicit for any cause.)
   const bool bad = !std::isfinite(local_loss) || !std::isfinite(r.grad_norm);
   std::vector<double> agreed = sum_over_ranks({local_loss, bad ? 1.0 : 0.0, stop_signal() != 0 ? 1.0 : 0.0});
   r.loss = agreed[0] / env_.world_size;
   r.skipped = agreed[1] > 0;
   if (agreed[2] > 0) r.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
-  // 5. Update.
+  // A gradient overflow of loss scaling with a finite loss is routine, not a bad step: the scale was too
+  // large. Below a scale of 1 the gradients overflow unscaled, which is divergence, not the scale.
+  r.overflow = r.skipped && mixed_->loss_scaler() != nullptr && std::isfinite(r.loss) && r.loss_scale >= 1;
+  // 5. Update (a skipped step leaves parameters, optimizer state and its step counter untouched).
   if (!r.skipped) {
     optimizer_->step();
     mixed_->masters_to_model();
   }
+  mixed_->update_scale(r.skipped);
   optimizer_->zero_grad();
   module.zero_grad();
   return r;
@@ -128,6 +141,10 @@ std::string Trainer::save(int64_t step) {
                 {"train.grad_accum", std::to_string(config_.training.grad_accum)},
                 {"train.model", model_->description()},
                 {"train.config_file", config_.source_file}};
+    if (const optim::LossScaler* scaler = mixed_->loss_scaler()) {
+      ts.extra["train.loss_scale"] = fmt::format("{}", scaler->scale());
+      ts.extra["train.loss_scale_growth"] = std::to_string(scaler->growth_tracker());
+    }
     path = save_run_checkpoint(config_.checkpoint.dir, state, optimizer_.get(), ts, config_.checkpoint.keep);
     progress_->clear();
     spdlog::info("step {}: checkpoint {}", step, path);
@@ -162,6 +179,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
   }
   rec.elapsed_s = now_seconds() - start_time_;
   rec.skipped = r.skipped;
+  if (mixed_->loss_scaler()) rec.loss_scale = r.loss_scale;
   metrics_->train(rec);
   const double per_step = timed_steps_ > 0 ? train_seconds_ / static_cast<double>(timed_steps_) : step_seconds;
   const int width = static_cast<int>(std::to_string(total_steps_).size());
@@ -169,6 +187,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
                                  step, width, total_steps_, r.loss, rec.lr, r.grad_norm, human_count(rec.throughput),
                                  rec.unit, human_count(rec.throughput_per_gpu), device_.is_cuda() ? "GPU" : "process");
   if (rec.mfu >= 0) line += fmt::format(" | MFU {:.1f}%", rec.mfu * 100);
+  if (mixed_->loss_scaler()) line += fmt::format(" | loss scale {:g}", r.loss_scale);
   line += fmt::format(" | {:.1f} ms/step | ETA {}", rec.step_ms,
                       human_duration(per_step * static_cast<double>(total_steps_ - step)));
   progress_->clear();
@@ -201,7 +220,10 @@ int Trainer::run() {
                data_.val ? data_.val->size() : 0);
   spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}", total_steps_,
                config_.training.grad_accum, config_.training.batch_size, model_->is_gpt() ? "sequences" : "examples",
-               env_.world_size, device_text, compute_ == DType::BFloat16 ? "bf16 (float32 masters)" : "fp32",
+               env_.world_size, device_text,
+               compute_ == DType::BFloat16  ? "bf16 (float32 masters)"
+               : compute_ == DType::Float16 ? "fp16 (float32 masters, dynamic loss scaling)"
+                                            : "fp32",
                env_.world_size > 1 ? fmt::format(", {} via {}", group_->backend_name(device_), env_.source) : "");
   spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
                config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");
@@ -221,7 +243,12 @@ int Trainer::run() {
     const StepResult r = train_step(step);
     ++step;  // steps completed
     log_step(step, r, now_seconds() - t0);
-    if (r.skipped) {
+    if (r.overflow) {
+      if (is_main()) progress_->clear();
+      if (is_main())
+        spdlog::info("step {}: fp16 gradient overflow at loss scale {:g}: update skipped, loss scale now {:g}", step,
+                     r.loss_scale, mixed_->loss_scale());
+    } else if (r.skipped) {
       ++bad_steps_;
       if (is_main()) progress_->clear();
       if (is_main())

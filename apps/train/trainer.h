@@ -47,6 +47,8 @@ class Trainer {
     double loss = 0;       // mean over micro-batches and ranks
     double grad_norm = 0;  // before clipping
     bool skipped = false;  // non-finite: no update
+    bool overflow = false;  // skipped for an fp16 gradient overflow (loss scaling backs off; not a bad step)
+    double loss_scale = 1;  // the scale this step's backward used (1 without loss scaling)
     int stop_signal = 0;   // some rank was asked to stop
   };
   StepResult train_step(int64_t step);

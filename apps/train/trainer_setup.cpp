@@ -5,6 +5,7 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <string>
 
 #include "checkpointing.h"
 #include "core/cuda_runtime.h"
@@ -55,7 +56,7 @@ void Trainer::setup_device() {
   }
   const std::string& precision = config_.training.precision;
   const bool bf16 = precision == "bf16" || (precision == "auto" && device_.is_cuda());
-  compute_ = bf16 ? DType::BFloat16 : DType::Float32;
+  compute_ = precision == "fp16" ? DType::Float16 : bf16 ? DType::BFloat16 : DType::Float32;
   if (env_.world_size > 1) {
     dist::ProcessGroupOptions o;
     o.backend = config_.distributed.backend;
@@ -194,6 +195,18 @@ void Trainer::setup_optimizer() {
     }
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
     bad_steps_ = extra_int(*resume_from_, "train.bad_steps");
+    // The fp16 loss scale continues where it was (a checkpoint of another precision has none: the
+    // scale starts afresh).
+    const auto& extra = resume_from_->state.extra;
+    if (optim::LossScaler* scaler = mixed_->loss_scaler(); scaler && extra.count("train.loss_scale")) {
+      double scale = 0;
+      try {
+        scale = std::stod(extra.at("train.loss_scale"));
+      } catch (const std::exception&) {
+        DPT_FAIL("checkpoint metadata 'train.loss_scale' = '{}' is not a number", extra.at("train.loss_scale"));
+      }
+      scaler->load(scale, extra_int(*resume_from_, "train.loss_scale_growth"));
+    }
     train_loader_->set_position(
         {extra_int(*resume_from_, "train.loader_epoch"), extra_int(*resume_from_, "train.loader_batch")});
     const int64_t saved_batch = extra_int(*resume_from_, "train.batch_size");
@@ -220,7 +233,9 @@ void Trainer::setup_optimizer() {
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
     d.first_bucket_mb = config_.distributed.first_bucket_mb;
     d.find_unused_parameters = config_.distributed.find_unused_parameters;
-    // bf16 communication of float32 gradients; under bf16 precision the gradients already are bf16.
+    // bf16 communication of float32 gradients; under bf16/fp16 precision the gradients already are 16-bit.
+    // Under fp16 an inf/NaN gradient on one rank is inf/NaN in every rank's AllReduced gradient, so all
+    // ranks find the overflow, skip the step and back the loss scale off together.
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
     ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
   }
