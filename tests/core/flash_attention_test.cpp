@@ -208,8 +208,9 @@ TEST(CudaFlashAttention, TensorCoreAndSimtPathsBothMatchCpuInBfloat16) {
 }
 
 // The mma.sync kernels at lengths around the tile boundaries (64-key tiles, 16-row warp blocks, 64- or
-// 128-row blocks), T = 1, and every head size, with 4 warps per block and (D = 64) with 8; the WMMA
-// kernels at the same shapes, so a regression in either points at its kernels.
+// 128-row blocks), T = 1, and every head size, in each variant (4 warps per block; 8 at D = 64; two
+// row blocks per warp in the forward and fragments held in registers in the backward at D <= 64);
+// the WMMA kernels at the same shapes, so a regression in either points at its kernels.
 TEST(CudaFlashAttention, MmaKernelsMatchCpuAtTileBoundariesInBfloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
@@ -230,6 +231,10 @@ TEST(CudaFlashAttention, MmaKernelsMatchCpuAtTileBoundariesInBfloat16) {
       if (d == 64) {
         ScopedEnv env("DPT_FLASH_MMA_WARPS", "8");
         expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, "mma 8 warps " + shape, 1.0);
+      }
+      if (d <= 64) {
+        ScopedEnv two_blocks("DPT_FLASH_MMA_FWD_M", "2"), hold("DPT_FLASH_MMA_BWD_HOLD", "1");
+        expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, "mma 32-row warps, held " + shape, 1.0);
       }
     }
   }
