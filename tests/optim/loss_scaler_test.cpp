@@ -10,6 +10,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/float16.h"
+#include "core/max_relative.h"
 #include "core/ops.h"
 #include "layers/layer_norm.h"
 #include "layers/linear.h"
@@ -225,15 +226,17 @@ TEST(CudaLossScaler, UnscaleKernelMatchesTheCpuAndFlagsInfAndNan) {
 }
 
 // One float16 training step of a small network (Linear, LayerNorm, GELU, Linear, cross-entropy) on
-// CUDA and on the CPU: the same loss, the same overflow decision, and float32 masters that agree after
-// the update. Then an overflowing step is skipped on the GPU as on the CPU.
+// CUDA and on the CPU: the same loss, the same overflow decision, unscaled float32 master gradients
+// that agree within float16 rounding, and (SGD, so the update is linear in the gradient) masters that
+// agree after the update. With inputs that overflow float16 the step is skipped on both.
 TEST(CudaLossScaler, Fp16TrainingStepMatchesTheCpu) {
   SKIP_WITHOUT_GPU();
+  constexpr double kLr = 0.1;
   struct Run {
-    double loss;
-    bool finite;
-    std::vector<Tensor> masters;
-    double scale_after;
+    double loss = 0;
+    bool finite = false;
+    std::vector<Tensor> grads, masters_before, masters_after;
+    double scale_after = 0;
   };
   auto run = [](Device device, double input_scale) {
     Generator gen(9);
@@ -250,18 +253,22 @@ TEST(CudaLossScaler, Fp16TrainingStepMatchesTheCpu) {
       for (const auto& [name, p] : m->named_parameters()) params.emplace_back(std::to_string(params.size()) + name, p);
     }
     MixedPrecision mp(params, DType::Float16);
-    AdamW opt(mp.master_params(), AdamOptions{.lr = 1e-3});
+    SGD opt(mp.master_params(), SgdOptions{.lr = kLr});
+    Run r;
+    for (const auto& [name, t] : mp.master_params()) r.masters_before.push_back(t.to(Device::cpu()).clone());
     Tensor logits = fc2.forward(gelu(ln.forward(fc1.forward(x.to(device).to(DType::Float16)))));
     Tensor loss = nn::cross_entropy_loss(logits, y.to(device));
     mp.scale_loss(loss).backward();
-    Run r{loss.item(), mp.grads_to_master(), {}, 0};
+    r.loss = loss.item();
+    r.finite = mp.grads_to_master();
     if (r.finite) {
+      for (const auto& [name, t] : mp.master_params()) r.grads.push_back(t.grad().to(Device::cpu()).clone());
       opt.step();
       mp.masters_to_model();
     }
     mp.update_scale(!r.finite);
     r.scale_after = mp.loss_scale();
-    for (const auto& [name, t] : mp.master_params()) r.masters.push_back(t.to(Device::cpu()));
+    for (const auto& [name, t] : mp.master_params()) r.masters_after.push_back(t.to(Device::cpu()));
     return r;
   };
   for (double input_scale : {1.0, 1e5}) {  // 1e5: inputs already overflow float16 (max 65504)
@@ -269,14 +276,27 @@ TEST(CudaLossScaler, Fp16TrainingStepMatchesTheCpu) {
     Run cpu = run(Device::cpu(), input_scale), gpu = run(Device::cuda(0), input_scale);
     EXPECT_EQ(gpu.finite, cpu.finite);
     EXPECT_EQ(gpu.scale_after, cpu.scale_after);
-    if (cpu.finite) {
-      EXPECT_NEAR(gpu.loss, cpu.loss, 1e-2 * std::abs(cpu.loss));
+    ASSERT_EQ(gpu.masters_after.size(), cpu.masters_after.size());
+    if (!cpu.finite) {
+      EXPECT_EQ(cpu.scale_after, 32768.0);
+      for (size_t i = 0; i < cpu.masters_after.size(); ++i) {
+        EXPECT_EQ(gpu.masters_after[i].to_vector<double>(), gpu.masters_before[i].to_vector<double>()) << i;
+        EXPECT_EQ(cpu.masters_after[i].to_vector<double>(), cpu.masters_before[i].to_vector<double>()) << i;
+      }
+      continue;
     }
-    ASSERT_EQ(gpu.masters.size(), cpu.masters.size());
-    for (size_t i = 0; i < cpu.masters.size(); ++i) {
-      // After one Adam step each weight moved by about lr; the devices agree far closer than that.
-      std::vector<double> a = gpu.masters[i].to_vector<double>(), b = cpu.masters[i].to_vector<double>();
-      for (size_t j = 0; j < a.size(); ++j) ASSERT_NEAR(a[j], b[j], 2e-4) << "master " << i << " element " << j;
+    EXPECT_NEAR(gpu.loss, cpu.loss, 1e-2 * std::abs(cpu.loss));
+    ASSERT_EQ(gpu.grads.size(), cpu.grads.size());
+    for (size_t i = 0; i < cpu.grads.size(); ++i) {
+      EXPECT_LT(max_relative(gpu.grads[i], cpu.grads[i]), 2e-2) << "master gradient " << i;
+      // masters_after = masters_before - lr * grad on both devices, so they differ by lr * the gradients'
+      // difference.
+      const std::vector<double> a = gpu.masters_after[i].to_vector<double>();
+      const std::vector<double> b = cpu.masters_after[i].to_vector<double>();
+      const std::vector<double> ga = gpu.grads[i].to_vector<double>(), gb = cpu.grads[i].to_vector<double>();
+      for (size_t j = 0; j < a.size(); ++j) {
+        ASSERT_NEAR(a[j] - b[j], -kLr * (ga[j] - gb[j]), 1e-6) << "master " << i << " element " << j;
+      }
     }
   }
 }
