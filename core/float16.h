@@ -22,7 +22,7 @@ struct f16 {
     memcpy(&u, &f, sizeof(u));
     const uint32_t sign = (u >> 16) & 0x8000u;
     const uint32_t abs = u & 0x7fffffffu;
-    if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);  // NaN stays a quiet NaN
+    if (abs > 0x7f800000u) return static_cast<uint16_t>(sign | 0x7e00u);   // NaN stays a quiet NaN
     if (abs >= 0x477ff000u) return static_cast<uint16_t>(sign | 0x7c00u);  // >= 65520 rounds to infinity
     if (abs < 0x38800000u) {
       // Below 2^-14: a subnormal half, m * 2^-24 with m = round(|f| * 2^24). Adding 0.5 (2^-1) to |f|

@@ -82,9 +82,15 @@ void LossScaler::unscale_into(const Tensor& grad, const Tensor& master_grad) {
   }
   bool bad = false;
   switch (g.dtype()) {
-    case DType::Float16: bad = unscale_cpu(g.data<f16>(), master_grad.data<float>(), n, inv_scale); break;
-    case DType::BFloat16: bad = unscale_cpu(g.data<bf16>(), master_grad.data<float>(), n, inv_scale); break;
-    case DType::Float32: bad = unscale_cpu(g.data<float>(), master_grad.data<float>(), n, inv_scale); break;
+    case DType::Float16:
+      bad = unscale_cpu(g.data<f16>(), master_grad.data<float>(), n, inv_scale);
+      break;
+    case DType::BFloat16:
+      bad = unscale_cpu(g.data<bf16>(), master_grad.data<float>(), n, inv_scale);
+      break;
+    case DType::Float32:
+      bad = unscale_cpu(g.data<float>(), master_grad.data<float>(), n, inv_scale);
+      break;
     default:
       DPT_FAIL("LossScaler: expected a float16, bfloat16 or float32 gradient, found {}", dtype_name(g.dtype()));
   }

@@ -49,9 +49,12 @@ void launch(const void* src, float* dst, int64_t n, float inv_scale, int32_t* fo
 void unscale_and_check(const void* src, GradType type, float* dst, int64_t n, float inv_scale, int32_t* found_inf) {
   if (n == 0) return;
   switch (type) {
-    case GradType::Float32: return launch<float>(src, dst, n, inv_scale, found_inf);
-    case GradType::BFloat16: return launch<__nv_bfloat16>(src, dst, n, inv_scale, found_inf);
-    case GradType::Float16: return launch<__half>(src, dst, n, inv_scale, found_inf);
+    case GradType::Float32:
+      return launch<float>(src, dst, n, inv_scale, found_inf);
+    case GradType::BFloat16:
+      return launch<__nv_bfloat16>(src, dst, n, inv_scale, found_inf);
+    case GradType::Float16:
+      return launch<__half>(src, dst, n, inv_scale, found_inf);
   }
   DPT_FAIL("unscale_and_check: unknown gradient type {}", static_cast<int>(type));
 }

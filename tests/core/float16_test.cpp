@@ -2,6 +2,8 @@
 // underflow through the subnormals, tensors of every dtype convert to and from it, fills and random
 // draws round once, safetensors stores it as "F16"; on a GPU the device conversions, matmul, layer
 // norm, cross-entropy and attention agree with the CPU (those skip without a GPU).
+#include "core/float16.h"
+
 #include <gtest/gtest.h>
 #include <unistd.h>
 
@@ -14,7 +16,6 @@
 
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
-#include "core/float16.h"
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
 #include "core/ops_norm.h"
@@ -41,12 +42,12 @@ TEST(Float16Conversion, KnownValuesHaveTheirIeeeBitPatterns) {
   EXPECT_EQ(bits_of(1.0f), 0x3c00);
   EXPECT_EQ(bits_of(-2.0f), 0xc000);
   EXPECT_EQ(bits_of(0.5f), 0x3800);
-  EXPECT_EQ(bits_of(65504.0f), 0x7bff);                    // largest finite
-  EXPECT_EQ(bits_of(1.0f / 3.0f), 0x3555);                 // 0.333251953125
-  EXPECT_EQ(bits_of(std::ldexp(1.0f, -14)), 0x0400);       // smallest normal
-  EXPECT_EQ(bits_of(std::ldexp(1.0f, -24)), 0x0001);       // smallest subnormal
-  EXPECT_EQ(bits_of(std::ldexp(3.0f, -24)), 0x0003);       // subnormal, exact
-  EXPECT_EQ(bits_of(std::ldexp(1023.0f, -24)), 0x03ff);    // largest subnormal
+  EXPECT_EQ(bits_of(65504.0f), 0x7bff);                  // largest finite
+  EXPECT_EQ(bits_of(1.0f / 3.0f), 0x3555);               // 0.333251953125
+  EXPECT_EQ(bits_of(std::ldexp(1.0f, -14)), 0x0400);     // smallest normal
+  EXPECT_EQ(bits_of(std::ldexp(1.0f, -24)), 0x0001);     // smallest subnormal
+  EXPECT_EQ(bits_of(std::ldexp(3.0f, -24)), 0x0003);     // subnormal, exact
+  EXPECT_EQ(bits_of(std::ldexp(1023.0f, -24)), 0x03ff);  // largest subnormal
   EXPECT_EQ(bits_of(-std::ldexp(5.0f, -24)), 0x8005);
   EXPECT_EQ(from_bits(0x3555), 0.333251953125f);
   EXPECT_EQ(from_bits(0x0001), std::ldexp(1.0f, -24));
@@ -129,9 +130,9 @@ TEST(Float16Tensor, CastsToAndFromEveryDtype) {
   // Integers both ways; float16 -> int truncates toward zero, as every float -> int conversion here.
   Tensor ints = from_vector(std::vector<int64_t>{-7, 0, 2048, 2049}, {4}, TensorOptions{}.with_dtype(DType::Int64));
   EXPECT_EQ(ints.to(DType::Float16).to_vector<double>(), (std::vector<double>{-7, 0, 2048, 2048}));  // 2049: tie
-  EXPECT_EQ(from_vector(std::vector<double>{-2.75, 3.5}, {2}, kF64).to(DType::Float16).to(DType::Int32)
-                .to_vector<int32_t>(),
-            (std::vector<int32_t>{-2, 3}));
+  EXPECT_EQ(
+      from_vector(std::vector<double>{-2.75, 3.5}, {2}, kF64).to(DType::Float16).to(DType::Int32).to_vector<int32_t>(),
+      (std::vector<int32_t>{-2, 3}));
   // Overflow and underflow in a cast.
   Tensor extreme = from_vector(std::vector<double>{1e5, -1e5, 1e-9}, {3}, kF64).to(DType::Float16);
   std::vector<double> e = extreme.to_vector<double>();
@@ -153,9 +154,9 @@ TEST(Float16Tensor, FillsArangeAndRandomDrawsRoundOnce) {
 }
 
 TEST(Float16Tensor, SafetensorsStoresF16) {
-  const std::string path = (std::filesystem::temp_directory_path() /
-                            ("dpt_float16_" + std::to_string(::getpid()) + ".safetensors"))
-                               .string();
+  const std::string path =
+      (std::filesystem::temp_directory_path() / ("dpt_float16_" + std::to_string(::getpid()) + ".safetensors"))
+          .string();
   Tensor h = from_vector(std::vector<double>{1.5, -2.0, 65504, std::ldexp(1.0, -24)}, {2, 2}, kF64).to(DType::Float16);
   save_safetensors(path, {{"h", h}});
   SafetensorsContents loaded = load_safetensors(path);

@@ -1,6 +1,8 @@
 // Dynamic loss scaling (float16 mixed precision): known answers for unscaling, the inf/NaN flag, backoff
 // and growth; a skipped step leaves parameters, optimizer state and step counter untouched; small
 // gradients survive float16 only with scaling. CUDA cases skip without a GPU.
+#include "optim/loss_scaler.h"
+
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -16,7 +18,6 @@
 #include "layers/linear.h"
 #include "layers/losses.h"
 #include "optim/adam.h"
-#include "optim/loss_scaler.h"
 #include "optim/mixed_precision.h"
 #include "optim/sgd.h"
 
