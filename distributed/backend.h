@@ -26,6 +26,9 @@ struct OpDesc {
 
 struct BackendOptions {
   Milliseconds timeout{std::chrono::minutes(10)};  // per operation
+  // Communicator setup is a rendezvous: bounded by the longer of this and `timeout`, so a short
+  // operation timeout does not fail a setup slowed by a busy machine.
+  Milliseconds setup_timeout{0};
   int device = -1;                                  // CUDA device (NCCL); -1: the current device
   std::string local_host;                           // Gloo: address to listen on (reachable by peers)
 };

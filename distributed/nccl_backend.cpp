@@ -145,7 +145,11 @@ class NcclWork : public Work {
 class NcclBackend : public Backend {
  public:
   NcclBackend(std::shared_ptr<Store> store, int rank, int size, const BackendOptions& options)
-      : rank_(rank), size_(size), timeout_(options.timeout), state_(std::make_shared<CommState>()) {
+      : rank_(rank),
+        size_(size),
+        timeout_(options.timeout),
+        setup_timeout_(std::max(options.timeout, options.setup_timeout)),
+        state_(std::make_shared<CommState>()) {
     // NVLink SHARP needs multicast support that shared machines often lack; opt in explicitly.
     ::setenv("NCCL_NVLS_ENABLE", "0", 0);
     device_ = options.device >= 0 ? options.device : cuda::current_device();
@@ -167,8 +171,8 @@ class NcclBackend : public Backend {
     DPT_NCCL_CHECK(ncclCommInitRankConfig(&setup_comm_, size_, id, rank_, &config));
     comm_ = setup_comm_;  // for wait_ready
     try {
-      wait_ready(Clock::now() + timeout_, fmt::format("communicator setup of rank {} of {} on cuda:{}", rank_, size_,
-                                                       device_));
+      wait_ready(Clock::now() + setup_timeout_,
+                 fmt::format("communicator setup of rank {} of {} on cuda:{}", rank_, size_, device_), setup_timeout_);
     } catch (...) {
       ncclCommAbort(setup_comm_);
       throw;
@@ -187,7 +191,7 @@ class NcclBackend : public Backend {
     }
     // The split of a non-blocking parent runs on an NCCL thread, which fills in op_comm when it has
     // created the child; until then only the parent can be asked how it goes.
-    auto split_deadline = Clock::now() + timeout_;
+    auto split_deadline = Clock::now() + setup_timeout_;
     while (std::atomic_ref<ncclComm_t>(op_comm).load(std::memory_order_acquire) == nullptr) {
       ncclResult_t async = ncclSuccess;
       ncclCommGetAsyncError(setup_comm_, &async);
@@ -198,13 +202,13 @@ class NcclBackend : public Backend {
       if (Clock::now() >= split_deadline) {
         ncclCommAbort(setup_comm_);
         DPT_FAIL("NCCL communicator split of rank {} of {} did not complete within {} ms", rank_, size_,
-                 timeout_.count());
+                 setup_timeout_.count());
       }
       std::this_thread::sleep_for(std::chrono::microseconds(100));
     }
     comm_ = op_comm;
     try {
-      wait_ready(split_deadline, fmt::format("communicator split of rank {} of {}", rank_, size_));
+      wait_ready(split_deadline, fmt::format("communicator split of rank {} of {}", rank_, size_), setup_timeout_);
     } catch (...) {
       ncclCommAbort(comm_);
       ncclCommAbort(setup_comm_);
@@ -308,7 +312,7 @@ class NcclBackend : public Backend {
 
   // Non-blocking communicators: after a call that may return ncclInProgress, poll until the
   // communicator is ready again, bounded by `deadline`.
-  void wait_ready(Clock::time_point deadline, const std::string& what) {
+  void wait_ready(Clock::time_point deadline, const std::string& what, Milliseconds limit) {
     while (true) {
       ncclResult_t async = ncclSuccess;
       DPT_NCCL_CHECK_COMM(ncclCommGetAsyncError(comm_, &async), comm_);
@@ -316,7 +320,7 @@ class NcclBackend : public Backend {
       if (async != ncclInProgress) fail_nccl(async, comm_, what.c_str(), __FILE__, __LINE__);
       if (Clock::now() >= deadline) {
         DPT_FAIL("NCCL {} did not complete within the timeout of {} ms (a peer never joined or is stuck)", what,
-                 timeout_.count());
+                 limit.count());
       }
       // Usually only the first calls (connection setup) are in progress; yield rather than sleep so a
       // small collective does not pay a scheduler tick of latency.
@@ -343,7 +347,7 @@ class NcclBackend : public Backend {
       DPT_NCCL_CHECK_COMM(ncclGroupStart(), comm_);
       enqueue(comm_stream_);
       DPT_NCCL_CHECK_COMM(ncclGroupEnd(), comm_);
-      wait_ready(Clock::now() + timeout_, desc.description);
+      wait_ready(Clock::now() + timeout_, desc.description, timeout_);
     }
     auto work = std::make_shared<NcclWork>(desc, device_, state_, host_blocking);
     work->end_event().record(comm_stream_);
@@ -458,6 +462,7 @@ class NcclBackend : public Backend {
   int size_;
   int device_ = 0;
   Milliseconds timeout_;
+  Milliseconds setup_timeout_;  // communicator setup and split
   std::shared_ptr<CommState> state_;
   ncclComm_t setup_comm_ = nullptr;  // non-blocking, used only to create comm_
   ncclComm_t comm_ = nullptr;        // blocking, every operation

@@ -59,6 +59,7 @@ Backend& ProcessGroup::backend_for(Device device) {
   bool use_nccl = options_.backend == "nccl" || (options_.backend == "auto" && device.is_cuda());
   BackendOptions bo;
   bo.timeout = options_.timeout;
+  bo.setup_timeout = options_.store_timeout;
   bo.device = options_.cuda_device >= 0 ? options_.cuda_device : (device.is_cuda() ? device.index : -1);
   bo.local_host = local_host_;
   if (use_nccl) {
