@@ -909,7 +909,7 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   const dim3 grid = flash_grid(bh, t, kBr, "flash_attention_forward");
   const float scale_log2 = static_cast<float>(scale) * kLog2e;
   const bool tc = use_tensor_cores(q.dtype(), {&q, &k, &v, &out});
-  if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d)) {
+  if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d, scale)) {
     flash_forward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), lse.data<float>(), bh,
                       t, d, scale_log2, stream);
     return;
@@ -943,7 +943,7 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   const float scale_f = static_cast<float>(scale), scale_log2 = scale_f * kLog2e;
   const int64_t rows = bh * t;
   const bool tc = use_tensor_cores(q.dtype(), {&q, &k, &v, &out, &grad_out, &grad_q, &grad_k, &grad_v});
-  if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d)) {
+  if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d, scale)) {
     flash_backward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(),
                        grad_out.data<bf16_t>(), lse.data<float>(), grad_q.data<bf16_t>(), grad_k.data<bf16_t>(),
                        grad_v.data<bf16_t>(), bh, t, d, scale_f, device, stream);

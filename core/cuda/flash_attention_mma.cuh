@@ -17,8 +17,9 @@ enum class FlashImpl { kMma, kWmma, kSimt };
 FlashImpl flash_impl_from_env();
 const char* flash_impl_name(FlashImpl impl);
 
-// True for the head sizes the mma kernels are built for.
-bool flash_mma_supports(int64_t d);
+// True for the head sizes the mma kernels are built for, with a positive scale (folded into the
+// exponent; a scale <= 0, which no attention layer uses, takes the WMMA kernels).
+bool flash_mma_supports(int64_t d, double scale);
 
 void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse, int64_t bh,
                        int64_t t, int64_t d, float scale_log2, cudaStream_t stream);

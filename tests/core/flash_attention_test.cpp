@@ -208,9 +208,8 @@ TEST(CudaFlashAttention, TensorCoreAndSimtPathsBothMatchCpuInBfloat16) {
 }
 
 // The mma.sync kernels at lengths around the tile boundaries (64-key tiles, 16-row warp blocks, 64- or
-// 128-row blocks), T = 1, and every head size, in each variant (4 warps per block; 8 at D = 64; two
-// row blocks per warp in the forward and fragments held in registers in the backward at D <= 64);
-// the WMMA kernels at the same shapes, so a regression in either points at its kernels.
+// 128-row blocks), T = 1, and every head size, with 4 warps per block and (D = 64) with 8; the WMMA
+// kernels at the same shapes, so a regression in either points at its kernels.
 TEST(CudaFlashAttention, MmaKernelsMatchCpuAtTileBoundariesInBfloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
@@ -232,12 +231,21 @@ TEST(CudaFlashAttention, MmaKernelsMatchCpuAtTileBoundariesInBfloat16) {
         ScopedEnv env("DPT_FLASH_MMA_WARPS", "8");
         expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, "mma 8 warps " + shape, 1.0);
       }
-      if (d <= 64) {
-        ScopedEnv two_blocks("DPT_FLASH_MMA_FWD_M", "2"), hold("DPT_FLASH_MMA_BWD_HOLD", "1");
-        expect_close(run(attention, q, k, v, g, Device::cuda(0)), cpu, 2e-2, "mma 32-row warps, held " + shape, 1.0);
-      }
     }
   }
+}
+
+// The mma kernels fold a positive scale into the exponent; a negative scale (no attention layer uses
+// one, but the op allows it) takes the WMMA kernels and must still match the CPU.
+TEST(CudaFlashAttention, NegativeScaleMatchesCpuInBfloat16) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator gen(24);
+  TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
+  Tensor q = randn({1, 2, 70, 64}, gen, opts), k = randn({1, 2, 70, 64}, gen, opts);
+  Tensor v = randn({1, 2, 70, 64}, gen, opts), g = randn({1, 2, 70, 64}, gen, opts);
+  auto attention = [](auto x, auto y, auto z) { return causal_attention(x, y, z, -0.2); };
+  expect_close(run(attention, q, k, v, g, Device::cuda(0)), run(attention, q, k, v, g, Device::cpu()), 2e-2,
+               "scale -0.2", 1.0);
 }
 
 // Large scores (scale 1: logits of size ~ sqrt(D)) stress the online softmax rescaling: the running
