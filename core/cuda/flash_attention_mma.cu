@@ -688,18 +688,6 @@ FlashImpl flash_impl_from_env() {
   DPT_FAIL("DPT_FLASH_IMPL: expected mma, wmma or simt, found '{}'", impl);
 }
 
-const char* flash_impl_name(FlashImpl impl) {
-  switch (impl) {
-    case FlashImpl::kMma:
-      return "mma";
-    case FlashImpl::kWmma:
-      return "wmma";
-    case FlashImpl::kSimt:
-      return "simt";
-  }
-  return "?";
-}
-
 bool flash_mma_supports(int64_t d, double scale) { return (d == 32 || d == 64 || d == 128) && scale > 0; }
 
 void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse, int64_t bh,

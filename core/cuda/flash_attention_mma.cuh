@@ -15,7 +15,6 @@ namespace dpt::cuda_kernels {
 // can compare them in one process); DPT_FLASH_SIMT=1 is the older spelling of simt.
 enum class FlashImpl { kMma, kWmma, kSimt };
 FlashImpl flash_impl_from_env();
-const char* flash_impl_name(FlashImpl impl);
 
 // True for the head sizes the mma kernels are built for, with a positive scale (folded into the
 // exponent; a scale <= 0, which no attention layer uses, takes the WMMA kernels).
