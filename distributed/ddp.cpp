@@ -228,9 +228,11 @@ void DistributedDataParallel::launch_ready_buckets() {
 
 void DistributedDataParallel::launch(GradBucket& bucket) {
   NoGradGuard no_grad;
-  // Average by pre-scaling with 1/world, then summing: the same rule for every backend and dtype, exact
-  // for power-of-two worlds, and in bf16 it keeps the summed values in range.
-  kernels::unary(kernels::UnaryOp::Scale, bucket.buffer, bucket.buffer, 1.0 / group_->size());
+  // Averaging. NCCL (CUDA buckets): ncclAvg scales by 1/world inside the reduction kernel, so the
+  // bucket is not read and written once more on the compute stream. Gloo: pre-scale by 1/world, then
+  // sum. Both are exact for power-of-two worlds and keep bf16 sums in range.
+  const bool nccl_average = bucket.buffer.device().is_cuda();
+  if (!nccl_average) kernels::unary(kernels::UnaryOp::Scale, bucket.buffer, bucket.buffer, 1.0 / group_->size());
   Tensor payload = bucket.buffer;
   if (bucket.comm_buffer.defined()) {
     bucket.comm_buffer.copy_(bucket.buffer);
@@ -243,7 +245,7 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
     launch_event->record();
   }
 #endif
-  bucket.work = group_->allreduce(payload, ReduceOp::Sum);
+  bucket.work = group_->allreduce(payload, nccl_average ? ReduceOp::Avg : ReduceOp::Sum);
 #ifdef DPT_HAVE_CUDA
   if (timing_) {
     cuda::CudaEvent end_event(true);

@@ -8,8 +8,8 @@
 //     parameters and buffers, and lays the gradients out in buckets (grad_bucket.h).
 //  2. During backward, each parameter's grad-ready hook (core/autograd.h) marks it final in its
 //     bucket. When the last gradient of a bucket is final, and every bucket before it has been
-//     launched, the bucket is scaled by 1/world (exact for powers of two; the one averaging rule, used
-//     for every backend and comm dtype) and summed by an asynchronous AllReduce on the process group's
+//     launched, the bucket is averaged by an asynchronous AllReduce (NCCL: ncclAvg, the 1/world scale
+//     inside the reduction kernel; Gloo: pre-scaled by 1/world, then summed) on the process group's
 //     communication stream. Buckets launch strictly in index order on every rank, so every rank issues
 //     the same collectives in the same order.
 //  3. At the end of backward (a backward-end callback) buckets still holding parameters that received
