@@ -63,6 +63,36 @@ Tensor concat_data(const std::vector<Tensor>& xs, int64_t dim) {
     }
     return out;
   }
+  bool equal_parts = true;
+  for (const auto& x : xs) equal_parts = equal_parts && x.shape() == xs[0].shape();
+  if (equal_parts) {
+    // Parts of one shape (split's backward for fused q/k/v): stack them into [P, parts shape] (plain
+    // block copies), then read the stack as out's shape with `dim` split into (P, size). That view keeps
+    // the parts' innermost stride 1, so the final copy moves 16-byte vectors; moving `dim` to the front
+    // (below) would leave a unit stride only on dim 0 and an element-at-a-time copy both ways.
+    const Shape& part = xs[0].shape();
+    const int64_t part_numel = xs[0].numel();
+    Shape stack_shape{static_cast<int64_t>(xs.size())};
+    stack_shape.insert(stack_shape.end(), part.begin(), part.end());
+    Tensor stack = empty_as(xs[0], stack_shape);
+    for (size_t i = 0; i < xs.size(); ++i) {
+      kernels::copy_strided(xs[i],
+                            make_view(stack, part, contiguous_strides(part), static_cast<int64_t>(i) * part_numel));
+    }
+    const Shape part_strides = contiguous_strides(part);
+    Shape split_shape, split_strides;
+    for (size_t d = 0; d < part.size(); ++d) {
+      if (static_cast<int64_t>(d) == dim) {
+        split_shape.push_back(static_cast<int64_t>(xs.size()));
+        split_strides.push_back(part_numel);
+      }
+      split_shape.push_back(part[d]);
+      split_strides.push_back(part_strides[d]);
+    }
+    kernels::copy_strided(make_view(stack, split_shape, split_strides, 0),
+                          make_view(out, split_shape, contiguous_strides(split_shape), 0));
+    return out;
+  }
   // Otherwise concatenate along the first dim of each input viewed with `dim` moved to the front
   // (contiguous blocks again), then copy that back to the requested layout.
   auto to_front = [dim](const Shape& s) {

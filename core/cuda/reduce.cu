@@ -132,6 +132,77 @@ __global__ void reduce_cols_kernel(const T* __restrict__ in, int64_t cols, int64
   }
 }
 
+// Sum over the middle dim for inner > 1 with 16-byte vectors: block (32, kColRows) covers 32 * V
+// neighbouring columns of one chunk of the reduced dim; thread (tx, ty) loads V columns at a time from
+// rows begin + ty, begin + ty + kColRows, ... (a warp reads 32 consecutive vectors), then the block adds
+// its kColRows row-lane sums of each column in ty order. Partials are laid out [chunk][slot], so the
+// finish kernel reads them coalesced. Needs inner % V == 0 and a 16-byte aligned input.
+constexpr int kColRows = 8;
+
+template <class T, int V>
+__global__ void __launch_bounds__(32 * kColRows)
+    reduce_cols_sum_vec_kernel(const T* __restrict__ in, int64_t slots, int64_t n, int64_t inner, int64_t chunk_len,
+                               int chunks, T* __restrict__ out, Acc<T>* __restrict__ part) {
+  using A = Acc<T>;
+  __shared__ A lanes[kColRows][32 * V];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t col = (static_cast<int64_t>(blockIdx.x) * 32 + tx) * V;  // first of this thread's V columns
+  const int chunk = blockIdx.y;
+  const int64_t begin = chunk * chunk_len;
+  const int64_t end = min(n, begin + chunk_len);
+  A acc[V];
+#pragma unroll
+  for (int q = 0; q < V; ++q) acc[q] = 0;
+  if (col < slots) {
+    const int64_t o = col / inner, i = col % inner;
+    const T* x = in + o * n * inner + i;
+#pragma unroll 4
+    for (int64_t j = begin + ty; j < end; j += kColRows) {
+      const Vec<T, V> v = *reinterpret_cast<const Vec<T, V>*>(x + j * inner);
+#pragma unroll
+      for (int q = 0; q < V; ++q) acc[q] += convert<A>(v.v[q]);
+    }
+  }
+#pragma unroll
+  for (int q = 0; q < V; ++q) lanes[ty][tx * V + q] = acc[q];
+  __syncthreads();
+  for (int c = ty * 32 + tx; c < 32 * V; c += 32 * kColRows) {
+    const int64_t slot = static_cast<int64_t>(blockIdx.x) * 32 * V + c;
+    if (slot >= slots) continue;
+    A total = 0;
+    for (int l = 0; l < kColRows; ++l) total += lanes[l][c];
+    if (chunks == 1) {
+      out[slot] = convert<T>(total);
+    } else {
+      part[static_cast<int64_t>(chunk) * slots + slot] = total;
+    }
+  }
+}
+
+// out[slot] = sum over chunks of part[chunk][slot]. Block (32, kFinishLanes): thread (tx, ty) adds
+// chunks ty, ty + kFinishLanes, ... of slot tx (coalesced across tx), then thread (tx, 0) adds the
+// lanes in ty order.
+constexpr int kFinishLanes = 16;
+
+template <class T>
+__global__ void __launch_bounds__(32 * kFinishLanes)
+    reduce_cols_finish_kernel(const Acc<T>* __restrict__ part, int chunks, int64_t slots, T* __restrict__ out) {
+  using A = Acc<T>;
+  __shared__ A lanes[kFinishLanes][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int64_t slot = static_cast<int64_t>(blockIdx.x) * 32 + tx;
+  A acc = 0;
+  if (slot < slots) {
+    for (int c = ty; c < chunks; c += kFinishLanes) acc += part[static_cast<int64_t>(c) * slots + slot];
+  }
+  lanes[ty][tx] = acc;
+  __syncthreads();
+  if (ty == 0 && slot < slots) {
+    for (int l = 1; l < kFinishLanes; ++l) acc += lanes[l][tx];
+    out[slot] = convert<T>(acc);
+  }
+}
+
 // Combines the partials of each slot in chunk order.
 template <class T, ReduceOp Op>
 __global__ void reduce_finish_kernel(int64_t slots, int chunks, const Acc<T>* __restrict__ part_v,
@@ -157,6 +228,40 @@ __global__ void reduce_finish_kernel(int64_t slots, int chunks, const Acc<T>* __
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// The bias-gradient shape: [outer, n, inner] summed over n with inner a multiple of the vector width.
+// Returns false (nothing launched) when the vector path does not apply.
+template <class T>
+bool reduce_cols_sum_vec(const T* x, int64_t outer, int64_t n, int64_t inner, T* y, int device) {
+  if constexpr (!(std::is_floating_point_v<T> || kIsHalfWidth<T>)) {
+    (void)x, (void)outer, (void)n, (void)inner, (void)y, (void)device;
+    return false;
+  } else {
+    constexpr int V = vec_width<T>();
+    if (inner % V != 0 || !aligned16(x)) return false;
+    using A = Acc<T>;
+    cudaStream_t stream = cuda::current_stream(device);
+    const int64_t slots = outer * inner;
+    const int64_t col_blocks = ceil_div(slots, 32 * V);
+    // Enough blocks for a few per SM; each chunk keeps at least 4 rows per row lane.
+    const int64_t want = ceil_div(4 * static_cast<int64_t>(sm_count(device)), col_blocks);
+    int64_t chunks = std::clamp<int64_t>(std::min(want, ceil_div(n, 4 * kColRows)), 1, 65535);
+    const int64_t chunk_len = ceil_div(n, chunks);
+    chunks = ceil_div(n, chunk_len);
+    std::unique_ptr<DeviceBuffer> part;
+    if (chunks > 1) part = std::make_unique<DeviceBuffer>(sizeof(A) * slots * chunks, device);
+    dim3 grid(static_cast<unsigned>(col_blocks), static_cast<unsigned>(chunks));
+    reduce_cols_sum_vec_kernel<T, V><<<grid, dim3(32, kColRows), 0, stream>>>(
+        x, slots, n, inner, chunk_len, static_cast<int>(chunks), y, part ? part->as<A>() : nullptr);
+    DPT_CUDA_CHECK_LAUNCH();
+    if (chunks > 1) {
+      reduce_cols_finish_kernel<T><<<static_cast<unsigned>(ceil_div(slots, 32)), dim3(32, kFinishLanes), 0, stream>>>(
+          part->as<A>(), static_cast<int>(chunks), slots, y);
+      DPT_CUDA_CHECK_LAUNCH();
+    }
+    return true;
+  }
+}
+
 template <class T, ReduceOp Op>
 void reduce_typed(const Tensor& in, int64_t outer, int64_t n, int64_t inner, const Tensor& out, const Tensor& indices,
                   int device) {
@@ -164,6 +269,7 @@ void reduce_typed(const Tensor& in, int64_t outer, int64_t n, int64_t inner, con
   cudaStream_t stream = cuda::current_stream(device);
   const T* x = ptr<const T>(in);
   T* y = ptr<T>(out);
+  if (Op == ReduceOp::Sum && inner > 1 && reduce_cols_sum_vec<T>(x, outer, n, inner, y, device)) return;
   int64_t* idx = indices.defined() ? ptr<int64_t>(indices) : nullptr;
   const int64_t sms = sm_count(device);
   const bool rows = inner == 1;

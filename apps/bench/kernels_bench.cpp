@@ -1,0 +1,206 @@
+// dpt-bench kernels: the memory-bound kernels of a GPT-2 training step, timed one at a time at GPT-2
+// shapes (LayerNorm forward/backward, the copies behind attention's q/k/v split and head merge, the
+// bias-gradient column reduction, the bias add, dtype conversion, fill). Each case prints the median
+// time, the bandwidth it reached, and the time the bytes it must move would take at --peak-gbs: the
+// memory floor a memory-bound kernel can approach but not beat.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/cuda_runtime.h"
+#include "core/error.h"
+#include "core/factory.h"
+#include "core/kernel_dispatch.h"
+#include "core/kernels.h"
+#include "core/norm_kernels.h"
+#include "core/op_helpers.h"
+#include "core/ops.h"
+#include "subcommand.h"
+
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/stream.h"
+#endif
+
+namespace dpt::bench {
+namespace {
+
+struct Options {
+  int64_t batch = 16, seq = 1024, embd = 768, heads = 12;
+  DType dtype = DType::BFloat16;
+  int warmup = 5;
+  int iters = 50;
+  double peak_gbs = 3350;  // H100 SXM HBM3
+  std::string only;        // run the cases whose name contains this
+  bool cpu = false;
+};
+
+void usage() {
+  std::printf(
+      "usage: dpt-bench kernels [--batch 16] [--seq 1024] [--embd 768] [--heads 12] [--dtype bf16|f32]\n"
+      "                         [--warmup 5] [--iters 50] [--peak-gbs 3350] [--only NAME] [--cpu]\n"
+      "Times each memory-bound kernel of a GPT-2 step (median of --iters after --warmup runs; CUDA events\n"
+      "on a GPU) and prints microseconds, GB/s and the memory floor (bytes moved / --peak-gbs).\n");
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      DPT_CHECK(i + 1 < argc, "dpt-bench kernels: {} needs a value", a);
+      return argv[++i];
+    };
+    if (a == "--batch") {
+      o.batch = std::stoll(value());
+    } else if (a == "--seq") {
+      o.seq = std::stoll(value());
+    } else if (a == "--embd") {
+      o.embd = std::stoll(value());
+    } else if (a == "--heads") {
+      o.heads = std::stoll(value());
+    } else if (a == "--dtype") {
+      const std::string d = value();
+      DPT_CHECK(d == "bf16" || d == "f32", "dpt-bench kernels: --dtype must be bf16 or f32, found '{}'", d);
+      o.dtype = d == "bf16" ? DType::BFloat16 : DType::Float32;
+    } else if (a == "--warmup") {
+      o.warmup = std::stoi(value());
+    } else if (a == "--iters") {
+      o.iters = std::stoi(value());
+    } else if (a == "--peak-gbs") {
+      o.peak_gbs = std::stod(value());
+    } else if (a == "--only") {
+      o.only = value();
+    } else if (a == "--cpu") {
+      o.cpu = true;
+    } else if (a == "--help" || a == "-h") {
+      usage();
+      std::exit(0);
+    } else {
+      DPT_FAIL("dpt-bench kernels: unknown option '{}' (see --help)", a);
+    }
+  }
+  DPT_CHECK(o.iters > 0 && o.warmup >= 0 && o.embd % o.heads == 0,
+            "dpt-bench kernels: need --iters > 0, --warmup >= 0 and --embd a multiple of --heads");
+  return o;
+}
+
+// Median microseconds of `iters` runs of `run`, each bracketed by its own pair of events on a GPU.
+double median_us(const Options& o, const Device& device, const std::function<void()>& run) {
+  for (int i = 0; i < o.warmup; ++i) run();
+  std::vector<double> us;
+#ifdef DPT_HAVE_CUDA
+  if (device.is_cuda()) {
+    std::vector<cuda::CudaEvent> events;
+    for (int i = 0; i <= 2 * o.iters; ++i) events.emplace_back(true, device.index);
+    for (int i = 0; i < o.iters; ++i) {
+      events[2 * static_cast<size_t>(i)].record();
+      run();
+      events[2 * static_cast<size_t>(i) + 1].record();
+    }
+    events[2 * static_cast<size_t>(o.iters) - 1].synchronize();
+    for (int i = 0; i < o.iters; ++i) {
+      us.push_back(1000.0 * events[2 * static_cast<size_t>(i)].elapsed_ms(events[2 * static_cast<size_t>(i) + 1]));
+    }
+  }
+#endif
+  if (!device.is_cuda()) {
+    for (int i = 0; i < o.iters; ++i) {
+      const auto start = std::chrono::steady_clock::now();
+      run();
+      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
+    }
+  }
+  std::sort(us.begin(), us.end());
+  return us[us.size() / 2];
+}
+
+struct Case {
+  std::string name;
+  std::string shape;
+  double bytes;  // the least a kernel must read plus write
+  std::function<void()> run;
+};
+
+int run_kernels_bench(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  const bool gpu = !o.cpu && cuda::is_available();
+  const Device device = gpu ? Device::cuda(0) : Device::cpu();
+  const TensorOptions opts = TensorOptions{}.with_dtype(o.dtype).with_device(device);
+  const TensorOptions f32 = opts.with_dtype(DType::Float32);
+  const double elt = o.dtype == DType::BFloat16 ? 2.0 : 4.0;
+  const int64_t rows = o.batch * o.seq, c = o.embd, h = o.heads, d = o.embd / o.heads;
+  const auto nrows = static_cast<double>(rows), nc = static_cast<double>(c);
+  Generator gen(1234);
+
+  // Activations [rows, C] and their gradients; LayerNorm parameters in the activation dtype.
+  Tensor x = randn({rows, c}, gen, opts), gy = randn({rows, c}, gen, opts);
+  Tensor w = randn({c}, gen, opts), b = randn({c}, gen, opts);
+  Tensor y = Tensor::empty({rows, c}, opts), gx = Tensor::empty({rows, c}, opts);
+  Tensor gw = Tensor::empty({c}, opts), gb = Tensor::empty({c}, opts);
+  Tensor mean = Tensor::empty({rows}, f32), rstd = Tensor::empty({rows}, f32);
+  // Wider activations for the MLP / qkv bias gradients and the bias add.
+  Tensor g4 = randn({rows, 4 * c}, gen, opts), b4 = randn({4 * c}, gen, opts);
+  Tensor out4 = Tensor::empty({rows, 4 * c}, opts), gb4 = Tensor::empty({4 * c}, opts);
+  Tensor g3 = randn({rows, 3 * c}, gen, opts), gb3 = Tensor::empty({3 * c}, opts);
+  Tensor xf = randn({rows, c}, gen, f32), xb = Tensor::empty({rows, c}, opts);
+  Tensor fill_f = Tensor::empty({rows, c}, f32);
+  Tensor cat_out;
+  Tensor heads_src = randn({o.batch, o.seq, 3 * c}, gen, opts);
+  Tensor heads_dst = Tensor::empty({o.batch, h, o.seq, d}, opts);
+  Tensor gq = randn({o.batch, o.seq, c}, gen, opts), gk = randn({o.batch, o.seq, c}, gen, opts),
+         gv = randn({o.batch, o.seq, c}, gen, opts);
+  Tensor tr_dst = Tensor::empty({c, rows}, opts);
+
+  std::vector<Case> cases;
+  const std::string rc = "[" + std::to_string(rows) + ", " + std::to_string(c) + "]";
+  cases.push_back({"layer_norm forward", rc, 2 * nrows * nc * elt + 8 * nrows,
+                   [&] { DPT_KERNEL_DISPATCH(device, layer_norm_forward, x, w, b, y, mean, rstd, rows, c, 1e-5); }});
+  cases.push_back({"layer_norm backward", rc, 3 * nrows * nc * elt + 8 * nrows, [&] {
+                     DPT_KERNEL_DISPATCH(device, layer_norm_backward, gy, x, w, mean, rstd, gx, gw, gb, rows, c);
+                   }});
+  // split(qkv)'s backward: three [B, T, C] gradients concatenated along the last dim.
+  cases.push_back({"concat q/k/v grads (split backward)", "3 x " + rc, 6 * nrows * nc * elt, [&] {
+                     cat_out = detail::concat_data({gq, gk, gv}, 2);
+                   }});
+  // q of the fused qkv output to [B, H, T, D] (attention's head split, made contiguous).
+  cases.push_back({"head split copy (q of qkv)", rc, 2 * nrows * nc * elt, [&] {
+                     kernels::copy_strided(
+                         make_view(heads_src, {o.batch, h, o.seq, d}, {o.seq * 3 * c, d, 3 * c, 1}, 0), heads_dst);
+                   }});
+  // A plain 2-D transpose: the copy whose source has its unit stride on the outer dim.
+  cases.push_back({"transpose copy", rc + "^T", 2 * nrows * nc * elt,
+                   [&] { kernels::copy_strided(x.transpose(0, 1).detach(), tr_dst); }});
+  cases.push_back({"bias grad (column sum) C", rc, nrows * nc * elt,
+                   [&] { kernels::reduce(ReduceOp::Sum, gy, 1, rows, c, gb, Tensor()); }});
+  cases.push_back({"bias grad (column sum) 3C", "[" + std::to_string(rows) + ", " + std::to_string(3 * c) + "]",
+                   3 * nrows * nc * elt, [&] { kernels::reduce(ReduceOp::Sum, g3, 1, rows, 3 * c, gb3, Tensor()); }});
+  cases.push_back({"bias grad (column sum) 4C", "[" + std::to_string(rows) + ", " + std::to_string(4 * c) + "]",
+                   4 * nrows * nc * elt, [&] { kernels::reduce(ReduceOp::Sum, g4, 1, rows, 4 * c, gb4, Tensor()); }});
+  cases.push_back({"bias add 4C", "[" + std::to_string(rows) + ", " + std::to_string(4 * c) + "]", 8 * nrows * nc * elt,
+                   [&] { kernels::binary(BinaryOp::Add, g4, detail::broadcast_view(b4, g4.shape()), out4); }});
+  cases.push_back({"convert f32 -> act dtype", rc, nrows * nc * (4 + elt), [&] { kernels::copy_strided(xf, xb); }});
+  cases.push_back({"fill f32", rc, nrows * nc * 4, [&] { kernels::fill(fill_f, 0.0); }});
+
+  std::printf("dpt-bench kernels on %s, %s, B=%lld T=%lld C=%lld H=%lld, median of %d (floor at %.0f GB/s)\n",
+              gpu ? cuda::device_name(0).c_str() : "CPU", dtype_name(o.dtype), static_cast<long long>(o.batch),
+              static_cast<long long>(o.seq), static_cast<long long>(c), static_cast<long long>(h), o.iters, o.peak_gbs);
+  std::printf("%-38s %-22s %10s %9s %10s %7s\n", "kernel", "shape", "us", "GB/s", "floor us", "x floor");
+  for (const Case& k : cases) {
+    if (!o.only.empty() && k.name.find(o.only) == std::string::npos) continue;
+    const double us = median_us(o, device, k.run);
+    const double floor_us = k.bytes / (o.peak_gbs * 1e3);
+    std::printf("%-38s %-22s %10.1f %9.0f %10.1f %7.2f\n", k.name.c_str(), k.shape.c_str(), us, k.bytes / (us * 1e3),
+                floor_us, us / floor_us);
+  }
+  return 0;
+}
+
+}  // namespace
+}  // namespace dpt::bench
+
+DPT_BENCH_SUBCOMMAND(kernels, "memory-bound kernels of a GPT-2 step at GPT-2 shapes: us, GB/s, memory floor",
+                     [](int argc, char** argv) { return dpt::bench::run_kernels_bench(argc, argv); });
