@@ -313,12 +313,24 @@ int warp_row_vectors(int64_t n, const void* x, const void* y, const void* w, con
 template <class F>
 void with_vectors(int k, F&& f) {
   switch (k) {
-    case 1: f(std::integral_constant<int, 1>{}); break;
-    case 2: f(std::integral_constant<int, 2>{}); break;
-    case 3: f(std::integral_constant<int, 3>{}); break;
-    case 4: f(std::integral_constant<int, 4>{}); break;
-    case 6: f(std::integral_constant<int, 6>{}); break;
-    default: f(std::integral_constant<int, 8>{}); break;
+    case 1:
+      f(std::integral_constant<int, 1>{});
+      break;
+    case 2:
+      f(std::integral_constant<int, 2>{});
+      break;
+    case 3:
+      f(std::integral_constant<int, 3>{});
+      break;
+    case 4:
+      f(std::integral_constant<int, 4>{});
+      break;
+    case 6:
+      f(std::integral_constant<int, 6>{});
+      break;
+    default:
+      f(std::integral_constant<int, 8>{});
+      break;
   }
 }
 
@@ -398,9 +410,10 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
         }
       }
       if (k == 0) {
-        layer_norm_backward_kernel<T, W, S><<<static_cast<unsigned>(chunks), std::min(row_threads(n), 256), 0, stream>>>(
-            grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(), pgw, pgb,
-            rows, n);
+        layer_norm_backward_kernel<T, W, S>
+            <<<static_cast<unsigned>(chunks), std::min(row_threads(n), 256), 0, stream>>>(
+                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(), pgw,
+                pgb, rows, n);
       }
       DPT_CUDA_CHECK_LAUNCH();
       column_sum_kernel<W, S><<<static_cast<unsigned>(ceil_div(n, 32)), dim3(32, kSumLanes), 0, stream>>>(
