@@ -118,6 +118,13 @@ double median_us(const Options& o, const Device& device, const std::function<voi
   return us[us.size() / 2];
 }
 
+// "[a, b]" after `prefix`.
+std::string dims(int64_t a, int64_t b, const char* prefix) {
+  char buf[96];
+  std::snprintf(buf, sizeof(buf), "%s[%lld, %lld]", prefix, static_cast<long long>(a), static_cast<long long>(b));
+  return buf;
+}
+
 struct Case {
   std::string name;
   std::string shape;
@@ -156,14 +163,14 @@ int run_kernels_bench(int argc, char** argv) {
   Tensor tr_dst = Tensor::empty({c, rows}, opts);
 
   std::vector<Case> cases;
-  const std::string rc = "[" + std::to_string(rows) + ", " + std::to_string(c) + "]";
+  const std::string rc = dims(rows, c, ""), rc3 = dims(rows, 3 * c, ""), rc4 = dims(rows, 4 * c, "");
   cases.push_back({"layer_norm forward", rc, 2 * nrows * nc * elt + 8 * nrows,
                    [&] { DPT_KERNEL_DISPATCH(device, layer_norm_forward, x, w, b, y, mean, rstd, rows, c, 1e-5); }});
   cases.push_back({"layer_norm backward", rc, 3 * nrows * nc * elt + 8 * nrows, [&] {
                      DPT_KERNEL_DISPATCH(device, layer_norm_backward, gy, x, w, mean, rstd, gx, gw, gb, rows, c);
                    }});
   // split(qkv)'s backward: three [B, T, C] gradients concatenated along the last dim.
-  cases.push_back({"concat q/k/v grads (split backward)", "3 x " + rc, 6 * nrows * nc * elt, [&] {
+  cases.push_back({"concat q/k/v grads (split backward)", dims(rows, c, "3 x "), 6 * nrows * nc * elt, [&] {
                      cat_out = detail::concat_data({gq, gk, gv}, 2);
                    }});
   // q of the fused qkv output to [B, H, T, D] (attention's head split, made contiguous).
@@ -172,16 +179,16 @@ int run_kernels_bench(int argc, char** argv) {
                          make_view(heads_src, {o.batch, h, o.seq, d}, {o.seq * 3 * c, d, 3 * c, 1}, 0), heads_dst);
                    }});
   // A plain 2-D transpose: the copy whose source has its unit stride on the outer dim.
-  cases.push_back({"transpose copy", rc + "^T", 2 * nrows * nc * elt,
+  cases.push_back({"transpose copy", dims(c, rows, "^T of "), 2 * nrows * nc * elt,
                    [&] { kernels::copy_strided(x.transpose(0, 1).detach(), tr_dst); }});
   cases.push_back({"bias grad (column sum) C", rc, nrows * nc * elt,
-                   [&] { kernels::reduce(ReduceOp::Sum, gy, 1, rows, c, gb, Tensor()); }});
-  cases.push_back({"bias grad (column sum) 3C", "[" + std::to_string(rows) + ", " + std::to_string(3 * c) + "]",
-                   3 * nrows * nc * elt, [&] { kernels::reduce(ReduceOp::Sum, g3, 1, rows, 3 * c, gb3, Tensor()); }});
-  cases.push_back({"bias grad (column sum) 4C", "[" + std::to_string(rows) + ", " + std::to_string(4 * c) + "]",
-                   4 * nrows * nc * elt, [&] { kernels::reduce(ReduceOp::Sum, g4, 1, rows, 4 * c, gb4, Tensor()); }});
-  cases.push_back({"bias add 4C", "[" + std::to_string(rows) + ", " + std::to_string(4 * c) + "]", 8 * nrows * nc * elt,
-                   [&] { kernels::binary(BinaryOp::Add, g4, detail::broadcast_view(b4, g4.shape()), out4); }});
+                   [&] { kernels::reduce(kernels::ReduceOp::Sum, gy, 1, rows, c, gb, Tensor()); }});
+  cases.push_back({"bias grad (column sum) 3C", rc3, 3 * nrows * nc * elt,
+                   [&] { kernels::reduce(kernels::ReduceOp::Sum, g3, 1, rows, 3 * c, gb3, Tensor()); }});
+  cases.push_back({"bias grad (column sum) 4C", rc4, 4 * nrows * nc * elt,
+                   [&] { kernels::reduce(kernels::ReduceOp::Sum, g4, 1, rows, 4 * c, gb4, Tensor()); }});
+  cases.push_back({"bias add 4C", rc4, 8 * nrows * nc * elt,
+                   [&] { kernels::binary(kernels::BinaryOp::Add, g4, detail::broadcast_view(b4, g4.shape()), out4); }});
   cases.push_back({"convert f32 -> act dtype", rc, nrows * nc * (4 + elt), [&] { kernels::copy_strided(xf, xb); }});
   cases.push_back({"fill f32", rc, nrows * nc * 4, [&] { kernels::fill(fill_f, 0.0); }});
 
