@@ -81,7 +81,7 @@ fi
 # GEMM workspaces (core/cuda/handles.cpp) and the cuBLAS/cuDNN handles are held for the life of the
 # process by design and no test destroys its context, so a leak report lists those and would fail every
 # executable. Tensor leaks are asserted directly by CudaAllocator.LiveBytesGoBackDownWhenTensorsDie.
-leak=(--leak-check none)
+leak=()  # memcheck default: no leak check
 if [[ "${DPT_GPU_SANITIZE_LEAKS:-0}" == 1 ]]; then leak=(--leak-check full); fi
 timeout_s="${DPT_GPU_SANITIZE_TIMEOUT:-1800}"
 
