@@ -131,7 +131,7 @@ echo
 echo "=== dptrain compute-sanitizer memcheck summary ==="
 echo "device:  $(nvidia-smi --query-gpu=name --format=csv,noheader 2>/dev/null | sort | uniq -c | sed 's/^ *//' | paste -sd ', ' -)"
 echo "commit:  $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
-echo "leaks:   $([[ ${leak[1]} == full ]] && echo checked || echo 'not checked (DPT_GPU_SANITIZE_LEAKS=1)')"
+echo "leaks:   $([[ "${DPT_GPU_SANITIZE_LEAKS:-0}" == 1 ]] && echo checked || echo 'not checked (DPT_GPU_SANITIZE_LEAKS=1)')"
 printf '%s\n' "${rows[@]}"
 if ((status == 0)); then echo "result:  PASSED"; else echo "result:  FAILED (logs: $logs/sanitize-*.log)"; fi
 exit "$status"

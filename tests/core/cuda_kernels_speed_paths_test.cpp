@@ -80,9 +80,9 @@ TEST(CudaLayerNormPaths, WarpRowsMatchCpuForEveryVectorCountAndRowCount) {
 
 TEST(CudaLayerNormPaths, FallbackRowsMatchCpu) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  // Odd widths, widths that are not a multiple of the 16-byte vector, and a 3-d input.
+  // Odd widths, widths that are not a multiple of the 16-byte vector, and a 3-d input (one feature: below).
   for (DType dtype : {DType::BFloat16, DType::Float32}) {
-    for (int64_t n : {1, 3, 37, 100, 770}) {
+    for (int64_t n : {3, 37, 100, 770}) {
       Generator gen(3 + n);
       TensorOptions opts = TensorOptions{}.with_dtype(dtype);
       Tensor x = randn({2, 35, n}, gen, opts), w = randn({n}, gen, opts), b = randn({n}, gen, opts);
@@ -90,6 +90,21 @@ TEST(CudaLayerNormPaths, FallbackRowsMatchCpu) {
       expect_layer_norm_parity(x, w, b, g, std::string(dtype_name(dtype)) + " n=" + std::to_string(n));
     }
   }
+}
+
+// One feature: every x_hat is 0, so y = bias, the weight gradient is 0 and the bias gradient sums g.
+// The input gradient is 0 in exact arithmetic; in floats it is rounding noise times 1/sqrt(eps) (316),
+// so it gets an absolute bound instead of the relative parity measure (whose reference is all zeros).
+TEST(CudaLayerNormPaths, OneFeatureRowsHaveKnownAnswers) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator gen(4);
+  Tensor x = randn({2, 35, 1}, gen), w = randn({1}, gen), b = randn({1}, gen), g = randn({2, 35, 1}, gen);
+  auto out = layer_norm_run(x, w, b, g, Device::cuda(0));
+  const double bias = b.item(), g_sum = sum(g).item();
+  for (double y : out[0].to_vector<double>()) EXPECT_NEAR(y, bias, 1e-6);
+  for (double dx : out[1].to_vector<double>()) EXPECT_NEAR(dx, 0.0, 1e-3);
+  EXPECT_NEAR(out[2].item(), 0.0, 1e-6);
+  EXPECT_NEAR(out[3].item(), g_sum, 1e-4);
 }
 
 TEST(CudaLayerNormPaths, MisalignedRowsAndFloat32WeightsMatchCpu) {
