@@ -35,7 +35,10 @@ void Store::barrier(const std::string& name, Milliseconds timeout) {
     what = "ended early: rank 0, which hosts the store, shut down";
     shut_down = true;
   }
-  if (missing.empty()) return;
+  if (missing.empty()) {
+    leave_barrier(base, timeout);
+    return;
+  }
   std::vector<int> ranks;
   for (const auto& k : missing) ranks.push_back(std::stoi(k.substr(base.size())));
   std::sort(ranks.begin(), ranks.end());
@@ -43,6 +46,24 @@ void Store::barrier(const std::string& name, Milliseconds timeout) {
                                     name, what, rank_, ranks.size(), world_size_, fmt::join(ranks, ", "));
   if (shut_down) throw StoreShutdownError(message, std::move(missing));
   throw StoreTimeoutError(message, std::move(missing));
+}
+
+// Rank 0 leaves a barrier last. It usually hosts the store, and if it left first (to exit on an error
+// found right after the barrier, say) it would cut off ranks still reading the barrier's keys: they
+// would report a lost connection instead of the error. So every other rank marks its departure, and
+// rank 0 waits for those marks, bounded by the timeout (a rank that dies after arriving cannot hold it).
+void Store::leave_barrier(const std::string& base, Milliseconds timeout) {
+  if (rank_ != 0) {
+    set(base + "left/" + std::to_string(rank_), "1");
+    return;
+  }
+  std::vector<std::string> left;
+  for (int r = 1; r < world_size_; ++r) left.push_back(base + "left/" + std::to_string(r));
+  try {
+    wait_for(left, timeout);
+  } catch (const StoreShutdownError&) {
+    // Not the host after all (a sub-group), and the host is gone: nothing left to protect.
+  }
 }
 
 PrefixStore::PrefixStore(std::string prefix, std::shared_ptr<Store> base)

@@ -77,6 +77,8 @@ class Store {
   Milliseconds timeout_;
 
  private:
+  void leave_barrier(const std::string& base, Milliseconds timeout);
+
   std::mutex barrier_mutex_;
   std::map<std::string, int64_t> barrier_generation_;
 };

@@ -90,7 +90,9 @@ TEST(GlooFailures, AStalledPeerMakesTheOthersTimeOut) {
 TEST(GlooFailures, AWorkerThatNeverJoinsFailsEveryOtherRankWithinTheTimeout) {
   auto r = run("--standalone --nproc-per-node 3 -- " + kWorker + " never_joins");
   EXPECT_EQ(r.exit_code, 1) << r.output;
-  EXPECT_EQ(count(r.output, "1 of 3 ranks never arrived: 2"), 2) << r.output;
+  // Ranks 0 and 1 both time out waiting for rank 2, at about the same moment. Whichever reports first
+  // makes dpt-run stop the others, so the second report may be cut short: at least one, naming rank 2.
+  EXPECT_GE(count(r.output, "1 of 3 ranks never arrived: 2"), 1) << r.output;
   EXPECT_EQ(count(r.output, "joined without the last rank"), 0) << r.output;
   EXPECT_LT(r.seconds, 30);
 }
