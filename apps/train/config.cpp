@@ -1,6 +1,7 @@
 #include "config.h"
 
 #include <unistd.h>
+#include <yaml-cpp/eventhandler.h>
 #include <yaml-cpp/yaml.h>
 
 #include <algorithm>
@@ -489,6 +490,42 @@ std::string default_text(const Field& f) {
 // ------------------------------------------------------------------------------------------------
 // Loading.
 
+// Counts the YAML documents in `yaml` without building them. yaml-cpp 0.7's LoadAll never returns on
+// some malformed input (a document that starts with ','): the parser reports an empty document without
+// consuming the offending token, again and again, and LoadAll keeps one node per report until memory
+// runs out. A document that starts where the previous one did is therefore a syntax error at that mark.
+class DocumentCounter : public YAML::EventHandler {
+ public:
+  static size_t count(const std::string& yaml) {
+    std::istringstream in(yaml);
+    YAML::Parser parser(in);
+    DocumentCounter counter;
+    size_t documents = 0;
+    std::optional<int> previous_start;
+    while (parser.HandleNextDocument(counter)) {
+      if (previous_start == counter.start_.pos) {
+        const std::string at = yaml.substr(std::min(static_cast<size_t>(counter.start_.pos), yaml.size()), 1);
+        throw YAML::ParserException(counter.start_, fmt::format("'{}' cannot start a YAML node here", at));
+      }
+      previous_start = counter.start_.pos;
+      ++documents;
+    }
+    return documents;
+  }
+  void OnDocumentStart(const YAML::Mark& mark) override { start_ = mark; }
+  void OnDocumentEnd() override {}
+  void OnNull(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnAlias(const YAML::Mark&, YAML::anchor_t) override {}
+  void OnScalar(const YAML::Mark&, const std::string&, YAML::anchor_t, const std::string&) override {}
+  void OnSequenceStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnSequenceEnd() override {}
+  void OnMapStart(const YAML::Mark&, const std::string&, YAML::anchor_t, YAML::EmitterStyle::value) override {}
+  void OnMapEnd() override {}
+
+ private:
+  YAML::Mark start_;
+};
+
 struct Entry {
   YAML::Node node;
   std::string where;  // "file:line:col" or "override #k '...'"
@@ -503,14 +540,14 @@ class Loader {
     YAML::Node root;
     bool parsed = true;
     try {
-      // LoadAll: YAML::Load would silently ignore every document after the first.
-      std::vector<YAML::Node> documents = YAML::LoadAll(yaml);
-      if (documents.size() > 1) {
+      // Counted first: YAML::Load would silently ignore every document after the first.
+      const size_t documents = DocumentCounter::count(yaml);
+      if (documents > 1) {
         problems_.push_back(fmt::format("{}: holds {} YAML documents (separated by '---'); a config is one document",
-                                        name_, documents.size()));
+                                        name_, documents));
         parsed = false;
-      } else if (documents.size() == 1) {
-        root = documents[0];
+      } else if (documents == 1) {
+        root = YAML::Load(yaml);
       }
     } catch (const YAML::ParserException& e) {
       problems_.push_back(

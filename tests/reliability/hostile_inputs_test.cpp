@@ -159,6 +159,10 @@ TEST(HostileConfigs, ParserBombsAreErrors) {
   expect_config_error("training:\n  steps: \xff\xfe\n", {"training.steps"});
   expect_config_error("training: {steps: 3}\n---\ntraining: {steps: 4}\n", {"hostile.yaml", "2 YAML documents"});
   expect_config_error("training:\n\tsteps: 3\n", {"hostile.yaml"});
+  // A document that starts with ',' made yaml-cpp's LoadAll return empty documents without end (found by
+  // fuzz/config_fuzz.cpp: the loader grew past 2 GB).
+  expect_config_error(",\n", {"hostile.yaml:1:1", "malformed YAML", "','"});
+  expect_config_error("training: {steps: 3}\n---\n, x\n", {"hostile.yaml:3:1", "malformed YAML"});
 }
 
 TEST(HostileConfigs, NumbersPastEveryRangeAndZeroOrNegativeSizesAreErrors) {
