@@ -138,9 +138,11 @@ std::string incompatibility(const optim::Checkpoint& checkpoint, const NamedTens
     auto it = checkpoint.state.extra.find("train.model");
     return it == checkpoint.state.extra.end() ? std::string() : " (it holds " + it->second + ")";
   };
+  // The lambdas name their captures: clang before 16 (Debian 12's, which the sanitizer build uses) cannot
+  // capture a structured binding.
   for (const auto& [name, t] : model_state) {
     auto it = std::find_if(checkpoint.model.begin(), checkpoint.model.end(),
-                           [&](const auto& entry) { return entry.first == name; });
+                           [&n = name](const auto& entry) { return entry.first == n; });
     if (it == checkpoint.model.end()) {
       return fmt::format("a different model{}: it has no tensor '{}'", described(), name);
     }
@@ -150,8 +152,8 @@ std::string incompatibility(const optim::Checkpoint& checkpoint, const NamedTens
     }
   }
   for (const auto& [name, t] : checkpoint.model) {
-    auto it =
-        std::find_if(model_state.begin(), model_state.end(), [&](const auto& entry) { return entry.first == name; });
+    auto it = std::find_if(model_state.begin(), model_state.end(),
+                           [&n = name](const auto& entry) { return entry.first == n; });
     if (it == model_state.end())
       return fmt::format("a different model{}: it has an extra tensor '{}'", described(), name);
   }

@@ -112,11 +112,11 @@ class CudaParity : public ::testing::Test {
 TEST_F(CudaParity, BinaryOpsWithBroadcasting) {
   for (auto [name, op] : std::vector<std::pair<std::string, Tensor (*)(const Tensor&, const Tensor&)>>{
            {"add", add}, {"sub", sub}, {"mul", mul}}) {
-    expect_parity(name + " same shape", [op](const Inputs& x) { return op(x[0], x[1]); },
+    expect_parity(name + " same shape", [op = op](const Inputs& x) { return op(x[0], x[1]); },
                   {normal({33, 65}), normal({33, 65})});
-    expect_parity(name + " broadcast", [op](const Inputs& x) { return op(x[0], x[1]); },
+    expect_parity(name + " broadcast", [op = op](const Inputs& x) { return op(x[0], x[1]); },
                   {normal({4, 1, 5}), normal({3, 1})});
-    expect_parity(name + " row bias", [op](const Inputs& x) { return op(x[0], x[1]); },
+    expect_parity(name + " row bias", [op = op](const Inputs& x) { return op(x[0], x[1]); },
                   {normal({64, 48}), normal({48})});
   }
   expect_parity("div", [](const Inputs& x) { return div(x[0], x[1]); }, {normal({17, 9}), positive({9})});
