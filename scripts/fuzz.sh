@@ -1,29 +1,18 @@
 #!/usr/bin/env bash
-# Builds the libFuzzer targets (fuzz/*_fuzz.cpp) with clang, ASan and UBSan into build-fuzz/ (or
-# $DPT_FUZZ_BUILD_DIR) and runs each for a bounded time, seeded from fuzz/corpus/<name>/.
+# Builds the libFuzzer targets (fuzz/*_fuzz.cpp) with clang, ASan and UBSan and runs each for a bounded
+# time, seeded from fuzz/corpus/<name>/. They live in the sanitizer build, build-asan/ (or
+# $DPT_FUZZ_BUILD_DIR, else $DPT_ASAN_BUILD_DIR), configured by scripts/sanitize.sh.
 #
 #   scripts/fuzz.sh [SECONDS_PER_TARGET] [TARGET...]     default 60 s, every target
 #
 # New inputs the fuzzer finds go to a scratch corpus (not the repository); a crash, sanitizer report,
-# leak or timeout stops the run with the reproducer written to build-fuzz/findings/ and a non-zero exit.
+# leak or timeout stops that target with the reproducer written to <build>/findings/ and makes the exit
+# status non-zero. The last line reads "fuzz: N targets, S s each, I inputs, F findings".
 set -euo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
-build="${DPT_FUZZ_BUILD_DIR:-$root/build-fuzz}"
+build="${DPT_FUZZ_BUILD_DIR:-${DPT_ASAN_BUILD_DIR:-$root/build-asan}}"
 seconds="${1:-60}"
 shift || true
-
-DPT_SETUP_FUZZ=1 "$root/scripts/setup.sh"
-cxx="${DPT_FUZZ_CXX:-}"
-if [[ -z "$cxx" ]]; then
-  for c in clang++ clang++-14 clang++-15 clang++-16 clang++-17 clang++-18; do
-    if command -v "$c" >/dev/null; then cxx="$c"; break; fi
-  done
-fi
-if [[ -z "$cxx" ]]; then
-  echo "fuzz.sh: clang++ not found (scripts/setup.sh installs it)" >&2
-  exit 1
-fi
-cc="${cxx/clang++/clang}"
 
 targets=("$@")
 if ((${#targets[@]} == 0)); then
@@ -32,15 +21,13 @@ if ((${#targets[@]} == 0)); then
     targets+=("${n%_fuzz}")
   done
 fi
-
-CC="$cc" CXX="$cxx" cmake -S "$root" -B "$build" -G Ninja -DDPT_CUDA=OFF -DDPT_FUZZ=ON -DDPT_BUILD_TESTS=OFF \
-  -DDPT_WERROR=OFF -DCMAKE_BUILD_TYPE=RelWithDebInfo >/dev/null
-cmake --build "$build" -j "$(nproc)" --target "${targets[@]/#/dpt_fuzz_}"
+DPT_ASAN_BUILD_DIR="$build" "$root/scripts/sanitize.sh" --build "${targets[@]/#/dpt_fuzz_}"
 
 mkdir -p "$build/findings"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
-status=0
+findings=0
+inputs=0
 for t in "${targets[@]}"; do
   scratch="$build/corpus/$t"
   mkdir -p "$scratch"
@@ -56,9 +43,12 @@ for t in "${targets[@]}"; do
     echo "fuzz.sh: $t FAILED; reproducer and log:" >&2
     ls "$build/findings/" | grep "^$t-" >&2 || true
     tail -40 "$build/fuzz-$t.log" >&2
-    status=1
+    findings=$((findings + 1))
   else
     grep -E "stat::number_of_executed_units|stat::new_units_added" "$build/fuzz-$t.log" | sed "s/^/   /"
   fi
+  runs="$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$build/fuzz-$t.log" | grep -oE '[0-9]+$' || true)"
+  inputs=$((inputs + ${runs:-0}))
 done
-exit $status
+echo "fuzz: ${#targets[@]} targets, ${seconds} s each, $inputs inputs, $findings findings (logs: $build/fuzz-*.log)"
+((findings == 0))

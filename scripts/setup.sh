@@ -2,13 +2,16 @@
 # Installs the Debian/Ubuntu packages dptrain builds with, if any is missing. Idempotent; needs root
 # (or sudo) only when something must be installed. The CUDA toolkit, cuDNN and NCCL are optional and
 # are never installed here: with them in /usr/local/cuda (or the system paths) the GPU backend builds.
-# With DPT_SETUP_FUZZ=1, also what scripts/fuzz.sh needs (clang and libFuzzer).
+# With DPT_SETUP_FUZZ=1, also what scripts/sanitize.sh and scripts/fuzz.sh need (clang, its sanitizer
+# and libFuzzer runtimes, llvm-symbolizer); scripts/test.sh runs both.
 set -euo pipefail
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
           libgtest-dev libgloo-dev iproute2 procps)
-# scripts/fuzz.sh (DPT_SETUP_FUZZ=1): clang with libFuzzer and the sanitizer runtimes.
+# DPT_SETUP_FUZZ=1: the distribution's default clang (14 on Debian 12, 18 on Ubuntu 24.04; Ubuntu has
+# these in universe), libclang-rt-dev for libFuzzer and the ASan/UBSan runtimes (clang only recommends
+# it), and llvm for llvm-symbolizer, which turns sanitizer stack traces into file:line.
 if [[ "${DPT_SETUP_FUZZ:-0}" == 1 ]]; then
-  packages+=(clang-14 libclang-rt-14-dev)
+  packages+=(clang libclang-rt-dev llvm)
 fi
 missing=()
 for p in "${packages[@]}"; do
