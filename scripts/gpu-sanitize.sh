@@ -7,6 +7,7 @@
 #   scripts/gpu-sanitize.sh dpt_core_tests           # only these executables
 #   DPT_GPU_SANITIZE_FILTER='CudaFlash*' scripts/gpu-sanitize.sh dpt_core_tests
 #   DPT_GPU_SANITIZE_LEAKS=1 scripts/gpu-sanitize.sh # also memcheck's leak check (see below)
+#   DPT_GPU_SANITIZE_TIMEOUT=500 scripts/gpu-sanitize.sh dpt_layers_tests   # seconds per executable (1800)
 #
 # Logs go to $OUT (if set) or the build directory: sanitize-<executable>.log. Exits non-zero when any
 # executable has a memcheck error, a failed test, or did not finish.
