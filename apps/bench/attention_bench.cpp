@@ -7,7 +7,6 @@
 // --check compares the fused op (forward and the three gradients, through autograd) with the composed
 // path matmul -> causal_softmax -> matmul run in float32 on the same values.
 #include <algorithm>
-#include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
@@ -15,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
@@ -25,9 +25,6 @@
 #include "core/ops_flash_attention.h"
 #include "subcommand.h"
 
-#ifdef DPT_HAVE_CUDA
-#include "core/cuda/stream.h"
-#endif
 
 namespace dpt::bench {
 namespace {
@@ -49,19 +46,6 @@ void usage() {
       "Times the fused causal attention forward and backward (median of --iters after --warmup runs,\n"
       "CUDA events) for each implementation in --impl and prints ms and TFLOP/s per phase. --check also\n"
       "compares output and gradients with the composed path in float32 (exit code 1 beyond 2e-2).\n");
-}
-
-std::vector<std::string> split_commas(const std::string& s) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= s.size()) {
-    const size_t end = s.find(',', start);
-    const std::string item = s.substr(start, end == std::string::npos ? std::string::npos : end - start);
-    if (!item.empty()) out.push_back(item);
-    if (end == std::string::npos) break;
-    start = end + 1;
-  }
-  return out;
 }
 
 Options parse(int argc, char** argv) {
@@ -111,36 +95,6 @@ Options parse(int argc, char** argv) {
             "dpt-bench attention: no fused kernel for {} with head size {} (32, 64 or 128)", dtype_name(o.dtype),
             o.dim);
   return o;
-}
-
-// Median milliseconds of `iters` runs of `run`, each bracketed by its own pair of events on a GPU.
-double median_ms(const Options& o, const Device& device, const std::function<void()>& run) {
-  for (int i = 0; i < o.warmup; ++i) run();
-  std::vector<double> ms;
-#ifdef DPT_HAVE_CUDA
-  if (device.is_cuda()) {
-    std::vector<cuda::CudaEvent> events;
-    for (int i = 0; i < 2 * o.iters; ++i) events.emplace_back(true, device.index);
-    for (int i = 0; i < o.iters; ++i) {
-      events[2 * static_cast<size_t>(i)].record();
-      run();
-      events[2 * static_cast<size_t>(i) + 1].record();
-    }
-    events.back().synchronize();
-    for (int i = 0; i < o.iters; ++i) {
-      ms.push_back(events[2 * static_cast<size_t>(i)].elapsed_ms(events[2 * static_cast<size_t>(i) + 1]));
-    }
-  }
-#endif
-  if (!device.is_cuda()) {
-    for (int i = 0; i < o.iters; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start).count());
-    }
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
 }
 
 // max |a - b| / max |b| over all elements.
@@ -196,9 +150,10 @@ int run_attention_bench(int argc, char** argv) {
   int status = 0;
   for (const std::string& impl : o.impls) {
     ::setenv("DPT_FLASH_IMPL", impl.c_str(), 1);
-    const double fwd_ms = median_ms(
-        o, device, [&] { DPT_KERNEL_DISPATCH(device, flash_attention_forward, q, k, v, out, lse, bh, t, d, scale); });
-    const double bwd_ms = median_ms(o, device, [&] {
+    const double fwd_ms = median_ms(o.warmup, o.iters, device, [&] {
+      DPT_KERNEL_DISPATCH(device, flash_attention_forward, q, k, v, out, lse, bh, t, d, scale);
+    });
+    const double bwd_ms = median_ms(o.warmup, o.iters, device, [&] {
       DPT_KERNEL_DISPATCH(device, flash_attention_backward, q, k, v, out, g, lse, gq, gk, gv, bh, t, d, scale);
     });
     std::printf("  %-5s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s   total %8.3f ms\n",

@@ -19,10 +19,10 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
-#include <sstream>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/bfloat16.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -66,14 +66,6 @@ int64_t parse_bytes(const std::string& text) {
   return static_cast<int64_t>(v * static_cast<double>(mult));
 }
 
-std::vector<std::string> split(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
-}
-
 Options parse(int argc, char** argv) {
   Options o;
   for (int i = 1; i < argc; ++i) {
@@ -91,7 +83,7 @@ Options parse(int argc, char** argv) {
       DPT_CHECK(v == "nccl" || v == "gloo", "--backend must be nccl or gloo, found '{}'", v);
       o.backend = v;
     } else if (arg == "--ops") {
-      o.ops = split(v);
+      o.ops = split_commas(v);
       for (const auto& op : o.ops)
         DPT_CHECK(op == "allreduce" || op == "allgather" || op == "reduce_scatter" || op == "broadcast",
                   "--ops: unknown collective '{}' (allreduce, allgather, reduce_scatter, broadcast)", op);

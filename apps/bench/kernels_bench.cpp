@@ -4,13 +4,13 @@
 // time, the bandwidth it reached, and the time the bytes it must move would take at --peak-gbs: the
 // memory floor a memory-bound kernel can approach but not beat.
 #include <algorithm>
-#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
 #include <string>
 #include <vector>
 
+#include "bench_util.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
@@ -21,9 +21,6 @@
 #include "core/ops.h"
 #include "subcommand.h"
 
-#ifdef DPT_HAVE_CUDA
-#include "core/cuda/stream.h"
-#endif
 
 namespace dpt::bench {
 namespace {
@@ -86,36 +83,6 @@ Options parse(int argc, char** argv) {
   DPT_CHECK(o.iters > 0 && o.warmup >= 0 && o.embd % o.heads == 0,
             "dpt-bench kernels: need --iters > 0, --warmup >= 0 and --embd a multiple of --heads");
   return o;
-}
-
-// Median microseconds of `iters` runs of `run`, each bracketed by its own pair of events on a GPU.
-double median_us(const Options& o, const Device& device, const std::function<void()>& run) {
-  for (int i = 0; i < o.warmup; ++i) run();
-  std::vector<double> us;
-#ifdef DPT_HAVE_CUDA
-  if (device.is_cuda()) {
-    std::vector<cuda::CudaEvent> events;
-    for (int i = 0; i <= 2 * o.iters; ++i) events.emplace_back(true, device.index);
-    for (int i = 0; i < o.iters; ++i) {
-      events[2 * static_cast<size_t>(i)].record();
-      run();
-      events[2 * static_cast<size_t>(i) + 1].record();
-    }
-    events[2 * static_cast<size_t>(o.iters) - 1].synchronize();
-    for (int i = 0; i < o.iters; ++i) {
-      us.push_back(1000.0 * events[2 * static_cast<size_t>(i)].elapsed_ms(events[2 * static_cast<size_t>(i) + 1]));
-    }
-  }
-#endif
-  if (!device.is_cuda()) {
-    for (int i = 0; i < o.iters; ++i) {
-      const auto start = std::chrono::steady_clock::now();
-      run();
-      us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - start).count());
-    }
-  }
-  std::sort(us.begin(), us.end());
-  return us[us.size() / 2];
 }
 
 // "[a, b]" after `prefix`.
@@ -198,7 +165,7 @@ int run_kernels_bench(int argc, char** argv) {
   std::printf("%-38s %-22s %10s %9s %10s %7s\n", "kernel", "shape", "us", "GB/s", "floor us", "x floor");
   for (const Case& k : cases) {
     if (!o.only.empty() && k.name.find(o.only) == std::string::npos) continue;
-    const double us = median_us(o, device, k.run);
+    const double us = 1000.0 * median_ms(o.warmup, o.iters, device, k.run);
     const double floor_us = k.bytes / (o.peak_gbs * 1e3);
     std::printf("%-38s %-22s %10.1f %9.0f %10.1f %7.2f\n", k.name.c_str(), k.shape.c_str(), us, k.bytes / (us * 1e3),
                 floor_us, us / floor_us);

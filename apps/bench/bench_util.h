@@ -1,0 +1,19 @@
+#pragma once
+// Helpers shared by the dpt-bench subcommands.
+#include <functional>
+#include <string>
+#include <vector>
+
+#include "core/device.h"
+
+namespace dpt::bench {
+
+// Median milliseconds of `iters` runs of `run` after `warmup` untimed ones. On a GPU each run is
+// bracketed by its own pair of CUDA events on the current stream (GPU time, no host sync between runs);
+// on the CPU by the steady clock.
+double median_ms(int warmup, int iters, const Device& device, const std::function<void()>& run);
+
+// "a,b,,c" -> {"a", "b", "c"}.
+std::vector<std::string> split_commas(const std::string& text);
+
+}  // namespace dpt::bench
