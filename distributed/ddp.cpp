@@ -147,7 +147,12 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
       total += tensors[i].numel();
     }
     const Tensor& first = tensors[bucket.params.front()];
-    bucket.buffer = zeros({total}, first.options());
+    // Sharded: pad so every rank owns an equal block (reduce-scatter and all-gather need equal counts).
+    // The padding is never a gradient and stays zero on every rank, so its reduced value is zero too.
+    const int64_t world = group_->size();
+    const int64_t padded = sharded_ ? (total + world - 1) / world * world : total;
+    bucket.buffer = zeros({padded}, first.options());
+    if (sharded_) flatten_parameters(bucket, padded);
     if (options_.comm_dtype && *options_.comm_dtype != first.dtype()) {
       bucket.comm_buffer = zeros({total}, first.options().with_dtype(*options_.comm_dtype));
     }
@@ -163,6 +168,32 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
   for (size_t i = 0; i < params_.size(); ++i) bind_grad_to_bucket(i);
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;
+}
+
+// Moves the bucket's parameters into one flat buffer (same handles, new storage: nn::replace_data), in
+// the gradient buffer's layout, so the updated blocks can be all-gathered in place after a sharded step.
+void DistributedDataParallel::flatten_parameters(GradBucket& bucket, int64_t padded) {
+  const Tensor& first = params_[bucket.params.front()].second;
+  bucket.param_buffer = zeros({padded}, first.options());
+  for (size_t j = 0; j < bucket.params.size(); ++j) {
+    const Tensor& p = params_[bucket.params[j]].second;
+    Tensor slot = bucket.param_buffer.slice(bucket.offsets[j], bucket.offsets[j] + p.numel()).reshape(p.shape());
+    slot.copy_(p);
+    nn::replace_data(p, slot);
+  }
+}
+
+void DistributedDataParallel::shard_buckets() {
+  DPT_CHECK(!in_backward_, "DistributedDataParallel::shard_buckets: called during backward");
+  DPT_CHECK(!options_.comm_dtype || *options_.comm_dtype == params_.front().second.dtype(),
+            "DistributedDataParallel::shard_buckets: comm_dtype is not supported with sharded buckets");
+  if (sharded_) return;
+  sharded_ = true;
+  rebuilt_ = true;  // the layout is frozen from here on
+  ready_order_.clear();
+  std::vector<size_t> order;
+  for (const auto& b : buckets_) order.insert(order.end(), b.params.begin(), b.params.end());
+  build_buckets(order);
 }
 
 Tensor DistributedDataParallel::bucket_view(size_t param_index) const {
@@ -245,7 +276,16 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
     launch_event->record();
   }
 #endif
-  bucket.work = group_->allreduce(payload, nccl_average ? ReduceOp::Avg : ReduceOp::Sum);
+  const ReduceOp op = nccl_average ? ReduceOp::Avg : ReduceOp::Sum;
+  if (sharded_) {
+    // In place: this rank's block of the bucket receives the average of every rank's block (NCCL and our
+    // Gloo backend both accept the output inside the input at offset rank * block).
+    const int64_t block = payload.numel() / group_->size();
+    const int64_t mine = group_->rank() * block;
+    bucket.work = group_->reduce_scatter(payload.slice(mine, mine + block), payload, op);
+  } else {
+    bucket.work = group_->allreduce(payload, op);
+  }
 #ifdef DPT_HAVE_CUDA
   if (timing_) {
     cuda::CudaEvent end_event(true);

@@ -85,6 +85,18 @@ class DistributedDataParallel {
   using BucketHook = std::function<void(size_t bucket, const std::vector<Tensor>& params)>;
   void set_bucket_reduced_hook(BucketHook hook) { bucket_hook_ = std::move(hook); }
 
+  // ZeRO-1 (distributed/zero_optimizer.h). From here on each bucket is reduce-scattered instead of
+  // all-reduced: rank r receives the average of only its block [r*S, (r+1)*S) of the bucket (the bucket
+  // padded to world * S elements); the rest of the bucket keeps this rank's local gradients. The
+  // parameters move into flat per-bucket buffers (GradBucket::param_buffer) laid out like the gradients,
+  // so the blocks each rank updated can be all-gathered in place. The layout is frozen (no rebuild after
+  // the first iteration): optimizer shards are cut from it. Call before the first backward.
+  void shard_buckets();
+  bool sharded() const { return sharded_; }
+  const GradBucket& bucket(size_t b) const { return buckets_.at(b); }
+  const NamedTensors& parameters() const { return params_; }  // those that require grad, in order
+  const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
+
   size_t num_buckets() const { return buckets_.size(); }
   // Parameter names of each bucket, in bucket order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
@@ -97,6 +109,7 @@ class DistributedDataParallel {
   void verify_same_model_across_ranks();
   void broadcast_from_rank0();
   void build_buckets(const std::vector<size_t>& order);
+  void flatten_parameters(GradBucket& bucket, int64_t padded);
   void register_hooks();
   Tensor bucket_view(size_t param_index) const;  // the parameter's slice of its bucket, in its shape
   void bind_grad_to_bucket(size_t param_index);
@@ -122,6 +135,7 @@ class DistributedDataParallel {
   bool in_backward_ = false;
   bool sync_enabled_ = true;
   bool rebuilt_ = false;
+  bool sharded_ = false;
   uint64_t callback_id_ = 0;
   BucketHook bucket_hook_;
 

@@ -26,6 +26,7 @@
 #include <set>
 #include <sstream>
 #include <thread>
+#include <vector>
 
 #include "core/bfloat16.h"
 #include "core/float16.h"
@@ -198,9 +199,18 @@ class GlooBackend : public Backend {
   std::shared_ptr<Work> allgather(const Tensor& output, const Tensor& input, const OpDesc& desc) override {
     return enqueue(collectives_, desc, [this, output, input] {
       if (input.nbytes() == 0) return;
+      // In place (input is this rank's block of output, as ZeRO's all-gather does it): Gloo copies the
+      // input into that block with memcpy, which must not see overlapping ranges, so stage it first.
+      auto* in = static_cast<uint8_t*>(input.data_ptr());
+      auto* out = static_cast<uint8_t*>(output.data_ptr());
+      std::vector<uint8_t> staged;
+      if (in < out + output.nbytes() && out < in + input.nbytes()) {
+        staged.assign(in, in + input.nbytes());
+        in = staged.data();
+      }
       gloo::AllgatherOptions opts(context_);
-      opts.setInput(static_cast<uint8_t*>(input.data_ptr()), input.nbytes());
-      opts.setOutput(static_cast<uint8_t*>(output.data_ptr()), output.nbytes());
+      opts.setInput(in, input.nbytes());
+      opts.setOutput(out, output.nbytes());
       opts.setTag(next_tag());
       opts.setTimeout(timeout_);
       gloo::allgather(opts);

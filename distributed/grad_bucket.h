@@ -33,6 +33,9 @@ struct GradBucket {
   std::vector<int64_t> offsets;  // element offset of each parameter's gradient in `buffer`
   Tensor buffer;                 // flat, dtype and device of its parameters
   Tensor comm_buffer;            // buffer cast to comm_dtype, when that differs (else undefined)
+  // Sharded buckets only (DistributedDataParallel::shard_buckets): the parameters themselves, flat, in the
+  // same layout as `buffer`; both padded to a multiple of the world size so each rank owns one block.
+  Tensor param_buffer;
   size_t pending = 0;            // gradients not yet final in this backward
   std::shared_ptr<class Work> work;
 };

@@ -5,7 +5,7 @@
 #
 #   scripts/gpu-scaling.sh                                     # mlp_92m tiny_gpt gpt2_124m on every GPU
 #   DPT_SCALING_WORKLOADS=mlp_92m DPT_SCALING_SWEEP=5,25 scripts/gpu-scaling.sh
-#   DPT_SCALING_ARGS="--zero 1" scripts/gpu-scaling.sh         # extra options for dpt-bench train
+#   DPT_SCALING_ARGS="--zero" scripts/gpu-scaling.sh           # extra options for dpt-bench train
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"

@@ -17,6 +17,7 @@
 #include "distributed/env.h"
 #include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
+#include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"
 #include "layers/losses.h"
@@ -72,6 +73,7 @@ struct Args {
   std::string comm_dtype;  // empty: the gradients' dtype
   bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
+  bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
 };
 
 Args parse(int argc, char** argv) {
@@ -92,12 +94,18 @@ Args parse(int argc, char** argv) {
     else if (k == "--comm-dtype") a.comm_dtype = value();
     else if (k == "--overlap-optimizer") a.overlap_optimizer = true;
     else if (k == "--unfused-master") a.unfused_master = true;
+    else if (k == "--zero") a.zero = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
-                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --unfused-master)", k);
+                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --unfused-master, --zero)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
   DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
             "dpt-bench train: --precision is bf16, fp16 or fp32, not '{}'", a.precision);
+  DPT_CHECK(!(a.zero || a.overlap_optimizer) || (a.precision != "fp16" && !a.unfused_master),
+            "dpt-bench train: --zero and --overlap-optimizer update inside backward, from bf16 compute twins or "
+            "float32 gradients: not with fp16 (loss scaling) or --unfused-master");
+  DPT_CHECK(!a.zero || a.comm_dtype.empty(), "dpt-bench train: --zero communicates in the gradients' dtype "
+            "(no --comm-dtype)");
   return a;
 }
 
@@ -137,18 +145,26 @@ int run_train_bench(int argc, char** argv) {
   adam.beta2 = 0.95;
   optim::AdamW opt(optim::weight_decay_groups(mp.master_params(), 0.1), adam);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
+  std::unique_ptr<dist::ZeroOptimizer> zero;
   if (group) {
     dist::DDPOptions o;
     o.bucket_cap_mb = args.bucket_cap_mb;
     if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
     ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
-    if (args.overlap_optimizer) dist::step_in_backward(*ddp, opt);
+    if (args.zero) {
+      zero = std::make_unique<dist::ZeroOptimizer>(
+          *ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
+          [&adam](std::vector<optim::ParamGroup> g) { return std::make_unique<optim::AdamW>(std::move(g), adam); });
+    } else if (args.overlap_optimizer) {
+      dist::step_in_backward(*ddp, opt);
+    }
   }
   // bf16: the fused update reads the bf16 gradients and writes the bf16 parameters itself (no float32
-  // gradient copies, no separate conversion pass; optim/optimizer.h set_compute_twins).
+  // gradient copies, no separate conversion pass; optim/optimizer.h set_compute_twins). ZeRO sets up
+  // the same on its shards.
   const bool twins = compute == DType::BFloat16 && !args.unfused_master;
-  if (twins) mp.fuse_with(opt);
-  const bool optimizer_in_backward = ddp && args.overlap_optimizer;
+  if (twins && !zero) mp.fuse_with(opt);
+  const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
 
   // 2. One fixed random batch on the device (what the PyTorch reference does too).
   Generator data_gen(1 + static_cast<uint64_t>(env.rank));
@@ -167,7 +183,8 @@ int run_train_bench(int argc, char** argv) {
   }
 
   auto step = [&]() {
-    if (twins) {
+    // The optimizer inside backward reads the gradients backward writes: bf16 twins or float32 ones.
+    if (twins || (optimizer_in_backward && !mp.enabled())) {
       model->zero_grad();
       Tensor loss = w.gpt ? static_cast<nn::GPT&>(*model).loss(x, y) : nn::cross_entropy_loss(model->forward(x), y);
       loss.backward();

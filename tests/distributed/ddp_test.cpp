@@ -74,6 +74,10 @@ TEST(DdpParityCpu, GptNoSyncAccumulationThreeRanks) { expect_passes(3, "gpt nosy
 TEST(DdpParityCpu, Bf16CommunicationWithinBf16Tolerance) { expect_passes(2, "mlp bf16comm cpu"); }
 TEST(DdpParityCpu, OptimizerStepPerBucketInsideBackward) { expect_passes(2, "mlp overlap cpu"); }
 TEST(DdpParityCpu, GptOptimizerStepPerBucketThreeRanks) { expect_passes(3, "gpt overlap cpu"); }
+TEST(DdpParityCpu, ZeroShardedOptimizerTwoRanks) { expect_passes(2, "mlp zero cpu"); }
+TEST(DdpParityCpu, ZeroShardedOptimizerGptThreeRanks) { expect_passes(3, "gpt zero cpu"); }
+TEST(DdpParityCpu, ZeroShardedOptimizerTinyBucketsThreeRanks) { expect_passes(3, "mlp zerotiny cpu"); }
+TEST(DdpParityCpu, ZeroShardedOptimizerBf16Twins) { expect_passes(2, "mlp zerobf16 cpu"); }
 TEST(DdpParityCpu, UnusedParametersDoNotHang) { expect_passes(2, "mlp unused cpu"); }
 TEST(DdpParityCpu, ModelMismatchIsAnErrorOnEveryRank) { expect_passes(2, "mlp mismatch cpu"); }
 
@@ -90,3 +94,5 @@ TEST_F(DdpParityCuda, NoSyncTwoGpus) { expect_passes(2, "gpt nosync cuda"); }
 TEST_F(DdpParityCuda, UnusedTwoGpus) { expect_passes(2, "mlp unused cuda"); }
 TEST_F(DdpParityCuda, OverlappedOptimizerTwoGpus) { expect_passes(2, "gpt overlap cuda"); }
 TEST_F(DdpParityCuda, Bf16CommTwoGpus) { expect_passes(2, "mlp bf16comm cuda"); }
+TEST_F(DdpParityCuda, ZeroTwoGpus) { expect_passes(2, "gpt zero cuda"); }
+TEST_F(DdpParityCuda, ZeroBf16TwinsTwoGpus) { expect_passes(2, "gpt zerobf16 cuda"); }

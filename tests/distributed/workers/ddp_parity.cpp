@@ -2,7 +2,8 @@
 //
 //   dpt_test_ddp_parity <model> <mode> <device>
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank, NCCL)
-//   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap
+//   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
+//          | zerobf16
 //
 // Every rank trains two copies of the same model from the same seed for 5 AdamW steps: a reference on
 // the whole global batch (N ranks x b rows), as one process would, and a DDP replica on its own slice
@@ -22,10 +23,12 @@
 #include "distributed/ddp.h"
 #include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
+#include "distributed/zero_optimizer.h"
 #include "layers/gpt.h"
 #include "layers/losses.h"
 #include "layers/mlp.h"
 #include "optim/adam.h"
+#include "optim/mixed_precision.h"
 
 using namespace dpt;
 
@@ -77,7 +80,7 @@ Tensor loss_of(const Setup& s, nn::Module& m, const Tensor& x, const Tensor& y) 
   return nn::cross_entropy_loss(m.forward(x), y);
 }
 
-std::unique_ptr<optim::AdamW> make_optimizer(nn::Module& m) {
+optim::AdamOptions adam_options() {
   optim::AdamOptions o;
   o.lr = 1e-2;
   o.weight_decay = 0.01;
@@ -85,7 +88,15 @@ std::unique_ptr<optim::AdamW> make_optimizer(nn::Module& m) {
   // per-row constant), so its float32 gradient is pure rounding noise that Adam rescales by 1/eps.
   // A larger eps bounds that amplification; every other parameter sees ordinary AdamW.
   o.eps = 1e-6;
-  return std::make_unique<optim::AdamW>(m.named_parameters(), o);
+  return o;
+}
+
+std::unique_ptr<optim::AdamW> make_optimizer(nn::Module& m) {
+  return std::make_unique<optim::AdamW>(m.named_parameters(), adam_options());
+}
+
+std::unique_ptr<optim::Optimizer> make_adamw(std::vector<optim::ParamGroup> groups) {
+  return std::make_unique<optim::AdamW>(std::move(groups), adam_options());
 }
 
 double relative_difference(const Tensor& a, const Tensor& b) {
@@ -129,23 +140,31 @@ bool compare(const nn::Module& got, const nn::Module& want, double tol, const st
   return true;
 }
 
+// How the replica's optimizer steps: after backward; inside backward bucket by bucket
+// (distributed/overlapped_optimizer.h); or sharded, ZeRO-1 (distributed/zero_optimizer.h).
+enum class Stepping { kAfterBackward, kInBackward, kZero };
+
 // One DDP replica next to the single-process reference, for kSteps steps.
-// overlap: the replica's optimizer steps inside backward, bucket by bucket (distributed/overlapped_optimizer.h).
 bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options, int micro_batches,
-                double tol, const std::string& label, bool overlap = false) {
+                double tol, const std::string& label, Stepping stepping = Stepping::kAfterBackward) {
   auto reference = make_model(s);
   auto replica = make_model(s);
   auto ref_opt = make_optimizer(*reference);
   auto rep_opt = make_optimizer(*replica);
   dist::DistributedDataParallel ddp(replica, pg, options);
-  if (overlap) dist::step_in_backward(ddp, *rep_opt);
+  std::unique_ptr<dist::ZeroOptimizer> zero;
+  if (stepping == Stepping::kInBackward) dist::step_in_backward(ddp, *rep_opt);
+  if (stepping == Stepping::kZero) {
+    zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), make_adamw);
+    rep_opt.reset();
+  }
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = global_batch(s, step);
     ref_opt->zero_grad();
     loss_of(s, *reference, x, y).backward();
     ref_opt->step();
 
-    rep_opt->zero_grad();
+    replica->zero_grad();
     int64_t per_micro = kPerRankBatch / micro_batches;
     for (int k = 0; k < micro_batches; ++k) {
       int64_t begin = s.rank * kPerRankBatch + k * per_micro;
@@ -158,8 +177,36 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
         loss.backward();
       }
     }
-    if (!overlap) rep_opt->step();
+    if (stepping == Stepping::kAfterBackward) rep_opt->step();
     if (!compare(*replica, *reference, tol, label + " step " + std::to_string(step), s.rank)) return false;
+  }
+  return true;
+}
+
+// ZeRO-1 under bf16 mixed precision: DDP's parameters are bf16 compute twins of float32 masters, and
+// the sharded AdamW writes both. Reference: one process, the same mixed precision with the fused update
+// (optim::MixedPrecision::fuse_with) on the global batch. bf16 activations round differently for a
+// different batch split, hence the bf16 tolerance.
+bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options) {
+  auto reference = make_model(s);
+  auto replica = make_model(s);
+  optim::MixedPrecision ref_mp(reference->named_parameters(), DType::BFloat16);
+  optim::AdamW ref_opt(ref_mp.master_params(), adam_options());
+  ref_mp.fuse_with(ref_opt);
+  optim::MixedPrecision rep_mp(replica->named_parameters(), DType::BFloat16);
+  dist::DistributedDataParallel ddp(replica, pg, options);
+  optim::ParamGroup all{rep_mp.master_params(), adam_options().weight_decay, 1.0};
+  dist::ZeroOptimizer zero(ddp, {all}, make_adamw);
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x_global, y] = global_batch(s, step);
+    Tensor x = s.model_kind == "gpt" ? x_global : x_global.to(DType::BFloat16);  // token ids stay integers
+    reference->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    ref_opt.step();
+    replica->zero_grad();
+    int64_t begin = s.rank * kPerRankBatch;
+    loss_of(s, *replica, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    if (!compare(*replica, *reference, 2e-2, "ZeRO-1 bf16 step " + std::to_string(step), s.rank)) return false;
   }
   return true;
 }
@@ -285,7 +332,15 @@ int main(int argc, char** argv) {
     } else if (mode == "overlap") {
       // Many buckets, so the optimizer runs in many pieces, and accumulation: steps only on the last micro-batch.
       o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
-      ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket inside backward", true);
+      ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket inside backward", Stepping::kInBackward);
+    } else if (mode == "zero") {
+      // Default buckets (parameters cut across rank blocks mid-tensor) and accumulation.
+      ok = run_parity(s, pg, o, 2, 1e-6, "ZeRO-1, default buckets", Stepping::kZero);
+    } else if (mode == "zerotiny") {
+      o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
+      ok = run_parity(s, pg, o, 1, 1e-6, "ZeRO-1, tiny buckets", Stepping::kZero);
+    } else if (mode == "zerobf16") {
+      ok = run_zero_bf16(s, pg, o);
     } else if (mode == "unused") {
       ok = run_unused(s, pg);
     } else if (mode == "mismatch") {
