@@ -22,6 +22,9 @@ struct OpDesc {
   uint64_t seq = 0;         // position in the group's sequence of operations, from 1
   std::string name;         // "allreduce", "broadcast", ...
   std::string description;  // "allreduce #12 (sum, 1024 x float32)"
+  // NCCL: run on the caller's current stream instead of the communication stream (ProcessGroup's
+  // async_op = false). Other backends ignore it.
+  bool on_caller_stream = false;
 };
 
 struct BackendOptions {

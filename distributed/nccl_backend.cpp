@@ -102,9 +102,9 @@ struct CommState {
 
 class NcclWork : public Work {
  public:
-  NcclWork(OpDesc desc, int device, std::shared_ptr<CommState> state, bool host_blocking)
+  NcclWork(OpDesc desc, int device, std::shared_ptr<CommState> state, bool host_blocking, cudaStream_t stream)
       : desc_(std::move(desc)), device_(device), state_(std::move(state)), host_blocking_(host_blocking),
-        end_(false, device) {}
+        stream_(stream), end_(false, device) {}
 
   void wait() override {
     if (!state_->get_error().empty()) state_->raise("NCCL " + desc_.description + " did not complete");
@@ -113,7 +113,8 @@ class NcclWork : public Work {
       return;
     }
     cuda::DeviceGuard guard(device_);
-    end_.wait(cuda::current_stream(device_));
+    cudaStream_t current = cuda::current_stream(device_);
+    if (current != stream_) end_.wait(current);  // on its own stream, later work is ordered after it already
   }
 
   bool is_completed() override { return !state_->get_error().empty() || end_.query(); }
@@ -139,6 +140,7 @@ class NcclWork : public Work {
   int device_;
   std::shared_ptr<CommState> state_;
   bool host_blocking_;
+  cudaStream_t stream_;  // where the operation was queued
   cuda::CudaEvent end_;
 };
 
@@ -338,19 +340,31 @@ class NcclBackend : public Backend {
                 device_, t.device().str());
     }
     cuda::DeviceGuard guard(device_);
-    // The comm stream starts after everything the caller queued so far (the tensors' producers).
     cudaStream_t caller = cuda::current_stream(device_);
+    const cudaStream_t stream = desc.on_caller_stream ? caller : comm_stream_;
+    auto work = std::make_shared<NcclWork>(desc, device_, state_, host_blocking, stream);
     {
       std::lock_guard<std::mutex> lock(launch_mutex_);
-      ready_->record(caller);
-      ready_->wait(comm_stream_);
+      if (desc.on_caller_stream) {
+        // Operations of one communicator run one at a time in issue order: if asynchronous ones are
+        // still queued on the comm stream, the caller's stream first waits for the last of them.
+        if (comm_stream_used_) {
+          ready_->record(comm_stream_);
+          ready_->wait(caller);
+          comm_stream_used_ = false;
+        }
+      } else {
+        // The comm stream starts after everything the caller queued so far (the tensors' producers).
+        ready_->record(caller);
+        ready_->wait(comm_stream_);
+        comm_stream_used_ = true;
+      }
       DPT_NCCL_CHECK_COMM(ncclGroupStart(), comm_);
-      enqueue(comm_stream_);
+      enqueue(stream);
       DPT_NCCL_CHECK_COMM(ncclGroupEnd(), comm_);
       wait_ready(Clock::now() + timeout_, desc.description, timeout_);
     }
-    auto work = std::make_shared<NcclWork>(desc, device_, state_, host_blocking);
-    work->end_event().record(comm_stream_);
+    work->end_event().record(stream);
     {
       std::lock_guard<std::mutex> lock(mutex_);
       pending_.push_back(Pending{work, std::move(tensors), Clock::now()});
@@ -470,7 +484,8 @@ class NcclBackend : public Backend {
   std::atomic<bool> aborted_{false};
 
   std::mutex launch_mutex_;  // one enqueue at a time (the ready_ event is shared)
-  std::unique_ptr<cuda::CudaEvent> ready_;
+  std::unique_ptr<cuda::CudaEvent> ready_;  // orders the comm stream after the caller's, or the reverse
+  bool comm_stream_used_ = false;           // asynchronous operations queued since the last synchronous one
 
   std::mutex mutex_;  // guards pending_ and stopping_
   std::condition_variable watchdog_cv_;

@@ -76,12 +76,13 @@ Backend& ProcessGroup::backend_for(Device device) {
 
 std::string ProcessGroup::backend_name(Device device) { return backend_for(device).name(); }
 
-OpDesc ProcessGroup::next_op(const std::string& name, const std::string& detail) {
+OpDesc ProcessGroup::next_op(const std::string& name, const std::string& detail, bool async_op) {
   std::lock_guard<std::mutex> lock(mutex_);
   OpDesc d;
   d.seq = ++seq_;
   d.name = name;
   d.description = fmt::format("{} #{} ({}) on rank {} of {}", name, d.seq, detail, rank_, size_);
+  d.on_caller_stream = !async_op;
   return d;
 }
 
@@ -109,10 +110,10 @@ void ProcessGroup::check_agreement(const OpDesc& desc, const std::string& finger
   }
 }
 
-std::shared_ptr<Work> ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op) {
+std::shared_ptr<Work> ProcessGroup::allreduce(const Tensor& tensor, ReduceOp op, bool async_op) {
   check_tensor(tensor, "allreduce", "input");
   check_reduce_op(tensor.dtype(), op, "allreduce");
-  auto desc = next_op("allreduce", fmt::format("{}, {}", reduce_op_name(op), tensor_detail(tensor)));
+  auto desc = next_op("allreduce", fmt::format("{}, {}", reduce_op_name(op), tensor_detail(tensor)), async_op);
   if (options_.debug_collectives)
     check_agreement(desc, fmt::format("allreduce({}) of {} x {}", reduce_op_name(op), tensor.numel(),
                                       dtype_name(tensor.dtype())));
@@ -139,16 +140,16 @@ std::shared_ptr<Work> ProcessGroup::allreduce_coalesced(const std::vector<Tensor
   return backend_for(tensors[0].device()).allreduce(tensors, op, desc);
 }
 
-std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root) {
+std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root, bool async_op) {
   check_tensor(tensor, "broadcast", "input");
   DPT_CHECK(root >= 0 && root < size_, "broadcast: root {} is outside the group of size {}", root, size_);
-  auto desc = next_op("broadcast", fmt::format("root {}, {}", root, tensor_detail(tensor)));
+  auto desc = next_op("broadcast", fmt::format("root {}, {}", root, tensor_detail(tensor)), async_op);
   if (options_.debug_collectives)
     check_agreement(desc, fmt::format("broadcast(root {}) of {} x {}", root, tensor.numel(), dtype_name(tensor.dtype())));
   return backend_for(tensor.device()).broadcast(tensor, root, desc);
 }
 
-std::shared_ptr<Work> ProcessGroup::allgather(const Tensor& output, const Tensor& input) {
+std::shared_ptr<Work> ProcessGroup::allgather(const Tensor& output, const Tensor& input, bool async_op) {
   check_tensor(output, "allgather", "output");
   check_tensor(input, "allgather", "input");
   DPT_CHECK(output.dtype() == input.dtype(), "allgather: output dtype {} differs from input dtype {}",
@@ -158,13 +159,14 @@ std::shared_ptr<Work> ProcessGroup::allgather(const Tensor& output, const Tensor
   DPT_CHECK(output.numel() == input.numel() * size_,
             "allgather: output must hold {} ranks x {} elements = {}, found {}", size_, input.numel(),
             input.numel() * size_, output.numel());
-  auto desc = next_op("allgather", tensor_detail(input) + " per rank");
+  auto desc = next_op("allgather", tensor_detail(input) + " per rank", async_op);
   if (options_.debug_collectives)
     check_agreement(desc, fmt::format("allgather of {} x {}", input.numel(), dtype_name(input.dtype())));
   return backend_for(input.device()).allgather(output, input, desc);
 }
 
-std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op) {
+std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
+                                                   bool async_op) {
   check_tensor(output, "reduce_scatter", "output");
   check_tensor(input, "reduce_scatter", "input");
   check_reduce_op(input.dtype(), op, "reduce_scatter");
@@ -175,7 +177,8 @@ std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const T
   DPT_CHECK(input.numel() == output.numel() * size_,
             "reduce_scatter: input must hold {} ranks x {} elements = {}, found {}", size_, output.numel(),
             output.numel() * size_, input.numel());
-  auto desc = next_op("reduce_scatter", fmt::format("{}, {} per rank", reduce_op_name(op), tensor_detail(output)));
+  auto desc =
+      next_op("reduce_scatter", fmt::format("{}, {} per rank", reduce_op_name(op), tensor_detail(output)), async_op);
   if (options_.debug_collectives)
     check_agreement(desc, fmt::format("reduce_scatter({}) of {} x {}", reduce_op_name(op), output.numel(),
                                       dtype_name(output.dtype())));

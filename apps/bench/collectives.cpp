@@ -2,12 +2,14 @@
 // nccl-tests, run under dpt-run:
 //   dpt-run --nproc-per-node 2 -- dpt-bench collectives [--backend nccl|gloo] [--ops allreduce,allgather,...]
 //       [--min-bytes 1K] [--max-bytes 1G] [--step-factor 2] [--dtype f32|bf16] [--warmup 5] [--iters 20]
-//       [--csv FILE]
+//       [--async-op on|off] [--csv FILE]
 //
 // Size S is the bytes of the whole buffer: for allgather and reduce-scatter that is the gathered (or
 // scattered) total, per-rank × n. Time t is the median over --iters runs after --warmup runs, taken
 // with CUDA events on the caller's stream for NCCL (each run is issued, then waited on by the stream)
-// and with the host clock for Gloo. algbw = S / t; busbw = algbw × factor, with the nccl-tests factors:
+// and with the host clock for Gloo. Like torch.distributed's default (async_op=False), the timed
+// collectives run on the caller's stream; --async-op on times them on the communication stream, with
+// the two event hops an overlapped collective pays (distributed/process_group.h). algbw = S / t; busbw = algbw × factor, with the nccl-tests factors:
 // allreduce 2(n−1)/n, allgather and reduce-scatter (n−1)/n, broadcast 1.
 //
 // Correctness: after timing, each (op, size) runs once more on inputs whose exact result is small
@@ -49,6 +51,7 @@ struct Options {
   DType dtype = DType::Float32;
   int warmup = 5;
   int iters = 20;
+  bool async_op = false;
   std::string csv;
 };
 
@@ -74,7 +77,7 @@ Options parse(int argc, char** argv) {
       std::printf(
           "dpt-bench collectives [--backend nccl|gloo] [--ops allreduce,allgather,reduce_scatter,broadcast]\n"
           "    [--min-bytes 1K] [--max-bytes 1G] [--step-factor 2|4] [--dtype f32|bf16] [--warmup 5]\n"
-          "    [--iters 20] [--csv FILE]        (run under dpt-run)\n");
+          "    [--iters 20] [--async-op on|off] [--csv FILE]        (run under dpt-run)\n");
       std::exit(0);
     }
     DPT_CHECK(i + 1 < argc, "option {} needs a value", arg);
@@ -102,6 +105,9 @@ Options parse(int argc, char** argv) {
     } else if (arg == "--iters") {
       o.iters = std::stoi(v);
       DPT_CHECK(o.iters >= 1, "--iters must be >= 1");
+    } else if (arg == "--async-op") {
+      DPT_CHECK(v == "on" || v == "off", "--async-op must be on or off, found '{}'", v);
+      o.async_op = v == "on";
     } else if (arg == "--csv") {
       o.csv = v;
     } else {
@@ -179,10 +185,11 @@ class Bench {
     Tensor full = pattern(count, o_.dtype, device_, tiny);
     Tensor part = per_rank_split ? pattern(chunk, o_.dtype, device_, tiny) : Tensor();
     auto issue = [&]() -> std::shared_ptr<dist::Work> {
-      if (op == "allreduce") return pg_.allreduce(full, ReduceOp::Sum);
-      if (op == "broadcast") return pg_.broadcast(full, 0);
-      if (op == "allgather") return pg_.allgather(full, part);
-      return pg_.reduce_scatter(part, full, ReduceOp::Sum);
+      const bool async_op = o_.async_op;
+      if (op == "allreduce") return pg_.allreduce(full, ReduceOp::Sum, async_op);
+      if (op == "broadcast") return pg_.broadcast(full, 0, async_op);
+      if (op == "allgather") return pg_.allgather(full, part, async_op);
+      return pg_.reduce_scatter(part, full, ReduceOp::Sum, async_op);
     };
     for (int i = 0; i < o_.warmup; ++i) issue()->wait();
     std::vector<double> times = time_runs(issue);
@@ -285,8 +292,9 @@ int run_collectives(int argc, char** argv) {
     std::fprintf(csv, "op,backend,dtype,ranks,bytes,count,time_us,algbw_GBps,busbw_GBps,check\n");
   }
   if (leader) {
-    std::printf("# dpt-bench collectives: backend %s, %d ranks, dtype %s, %d warm-up + %d timed runs (median)\n",
-                o.backend.c_str(), pg->size(), dtype_name(o.dtype), o.warmup, o.iters);
+    std::printf("# dpt-bench collectives: backend %s, %d ranks, dtype %s, %d warm-up + %d timed runs (median), %s\n",
+                o.backend.c_str(), pg->size(), dtype_name(o.dtype), o.warmup, o.iters,
+                o.async_op ? "async_op (communication stream)" : "on the caller's stream");
     std::printf("%-15s %14s %12s %12s %10s %10s %7s\n", "op", "size(B)", "count", "time(us)", "algbw(GB/s)",
                 "busbw(GB/s)", "check");
   }

@@ -81,6 +81,51 @@ std::vector<double> rank_input(int r, int64_t n) {
   return v;
 }
 
+// async_op = false: on CUDA the collective runs on the caller's stream (process_group.h). Same closed
+// forms; and an asynchronous broadcast followed at once by a synchronous sum must still run in issue
+// order (the sum then sees root 1's values everywhere: 2 * base * world; the reverse order would give
+// root 1's partial sum base * (1 + ... + world)).
+void check_synchronous(ProcessGroup& pg) {
+  const int w = pg.size(), r = pg.rank();
+  const double tri = w * (w + 1) / 2.0;
+  const int64_t n = 1001;
+  auto finish = [](const std::shared_ptr<Work>& work) {
+    if (g_device.is_cpu()) {
+      work->wait();
+    } else {
+      work->synchronize();
+    }
+  };
+  auto times = [&](const std::vector<double>& v, double f) {
+    std::vector<double> out = v;
+    for (auto& x : out) x *= f;
+    return out;
+  };
+  Tensor t = make(rank_input(r, n), DType::Float32);
+  finish(pg.allreduce(t, ReduceOp::Sum, false));
+  expect_equal(t, times(rank_input(0, n), tri), "synchronous allreduce");
+  Tensor b = make(rank_input(r, n), DType::Float32);
+  finish(pg.broadcast(b, w - 1, false));
+  expect_equal(b, rank_input(w - 1, n), "synchronous broadcast");
+  Tensor gathered = empty_on_device(n * w, DType::Float32);
+  finish(pg.allgather(gathered, make(rank_input(r, n), DType::Float32), false));
+  std::vector<double> e;
+  for (int q = 0; q < w; ++q) {
+    auto part = rank_input(q, n);
+    e.insert(e.end(), part.begin(), part.end());
+  }
+  expect_equal(gathered, e, "synchronous allgather");
+  Tensor scattered = empty_on_device(n, DType::Float32);
+  finish(pg.reduce_scatter(scattered, make(e, DType::Float32), ReduceOp::Sum, false));
+  expect_equal(scattered, times(rank_input(r, n), w), "synchronous reduce_scatter");
+  if (w > 1) {
+    Tensor m = make(rank_input(r, n), DType::Float32);
+    pg.broadcast(m, 1);  // asynchronous, not waited for
+    finish(pg.allreduce(m, ReduceOp::Sum, false));
+    expect_equal(m, times(rank_input(1, n), w), "asynchronous broadcast then synchronous allreduce, in order");
+  }
+}
+
 void check_collectives(ProcessGroup& pg) {
   const int w = pg.size(), r = pg.rank();
   const double tri = w * (w + 1) / 2.0;  // sum over ranks of (r + 1)
@@ -197,6 +242,7 @@ void check_collectives(ProcessGroup& pg) {
       expect_equal(t, e, "allreduce_coalesced avg");
     }
   }
+  check_synchronous(pg);
   pg.barrier()->wait();
   ++g_checks;
 }
