@@ -1,12 +1,14 @@
 // dpt-bench kernels: the memory-bound kernels of a GPT-2 training step, timed one at a time at GPT-2
 // shapes (LayerNorm forward/backward, the copies behind attention's q/k/v split and head merge, the
-// bias-gradient column reduction, the bias add, dtype conversion, fill). Each case prints the median
+// bias-gradient column reduction, the bias add, dtype conversion, fill) and the fused AdamW over the
+// ~92M-parameter MLP's parameters (GPU only). Each case prints the median
 // time, the bandwidth it reached, and the time the bytes it must move would take at --peak-gbs: the
 // memory floor a memory-bound kernel can approach but not beat.
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -19,6 +21,7 @@
 #include "core/norm_kernels.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
+#include "optim/adam.h"
 #include "subcommand.h"
 
 
@@ -158,6 +161,35 @@ int run_kernels_bench(int argc, char** argv) {
                    [&] { kernels::binary(kernels::BinaryOp::Add, g4, detail::broadcast_view(b4, g4.shape()), out4); }});
   cases.push_back({"convert f32 -> act dtype", rc, nrows * nc * (4 + elt), [&] { kernels::copy_strided(xf, xb); }});
   cases.push_back({"fill f32", rc, nrows * nc * 4, [&] { kernels::fill(fill_f, 0.0); }});
+
+  // AdamW with bf16 compute twins over the MLP workload's parameter shapes (92.2M): per parameter it
+  // reads and writes the float32 master, exp_avg and exp_avg_sq (24 B), reads the bf16 gradient (2 B)
+  // and writes the bf16 twin (2 B). GPU only: the CPU loops would take minutes at this size.
+  NamedTensors masters, twins;
+  std::unique_ptr<optim::AdamW> adamw;
+  if (gpu) {
+    const std::vector<int64_t> widths = {1024, 4096, 4096, 4096, 4096, 4096, 4096, 1000};
+    for (size_t l = 0; l + 1 < widths.size(); ++l) {
+      for (Shape shape : {Shape{widths[l + 1], widths[l]}, Shape{widths[l + 1]}}) {
+        std::string name = std::to_string(l);
+        name += shape.size() == 2 ? ".weight" : ".bias";
+        Tensor m = randn(shape, gen, f32);
+        m.requires_grad_(true);
+        Tensor t = m.detach().to(DType::BFloat16);
+        t.requires_grad_(true);
+        t.set_grad(randn(shape, gen, f32).to(DType::BFloat16));
+        masters.emplace_back(name, m);
+        twins.emplace_back(name, t);
+      }
+    }
+    adamw = std::make_unique<optim::AdamW>(optim::weight_decay_groups(masters, 0.1), optim::AdamOptions{});
+    adamw->set_compute_twins(twins);
+    double n = 0;
+    for (const auto& entry : masters) n += static_cast<double>(entry.second.numel());
+    char shape[48];
+    std::snprintf(shape, sizeof(shape), "%.1fM params", n / 1e6);
+    cases.push_back({"adamw, bf16 twins (MLP 92M)", shape, 28 * n, [&] { adamw->step(); }});
+  }
 
   std::printf("dpt-bench kernels on %s, %s, B=%lld T=%lld C=%lld H=%lld, median of %d (floor at %.0f GB/s)\n",
               gpu ? cuda::device_name(0).c_str() : "CPU", dtype_name(o.dtype), static_cast<long long>(o.batch),

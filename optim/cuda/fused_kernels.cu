@@ -15,57 +15,88 @@ namespace dpt::optim::cuda {
 
 namespace {
 
-// Each block handles one chunk of one tensor. A launch carries up to kMaxTensors tensors and
-// kMaxBlocks blocks in its argument struct (~10 KB, inside the 32 KB kernel-parameter limit of
-// CUDA 12.1+ on Volta and later), so a group of any size needs ceil(chunks / kMaxBlocks) launches.
+// Each block handles one chunk of one tensor. A launch carries up to kMaxTensors tensors (pointers,
+// sizes and the running count of chunks before each) in its argument struct, and one block per chunk
+// of all of them: a block finds its tensor by binary search over that count. Every chunk of a pack
+// goes into one launch, so a model of a few dozen tensors is one launch whatever their sizes.
+//
+// Why chunks of 16384 elements: a GPU holds about 4 blocks of 512 threads per SM (528 on an H100), so a
+// launch of B blocks runs in ceil(B / 528) waves and the last one is partly idle. The 92M-parameter MLP
+// makes ~5600 chunks of 16384 (10.7 waves: <7% idle at the end) where 65536-element chunks gave 2.7
+// waves (up to a third idle in the last).
 constexpr int kMaxLists = 5;
-constexpr int kMaxTensors = 96;
-constexpr int kMaxBlocks = 640;
-constexpr int64_t kChunk = 65536;  // elements per block
+constexpr int kMaxTensors = 110;
+constexpr int64_t kChunk = 16384;  // elements per block; a multiple of 4 * kThreads
 constexpr int kThreads = 512;
+static_assert(kChunk % (4 * kThreads) == 0, "a chunk is whole float4 steps of every thread");
 
 struct MultiTensorArgs {
   void* ptrs[kMaxLists][kMaxTensors];
   int64_t sizes[kMaxTensors];
-  int16_t block_tensor[kMaxBlocks];  // which tensor (index into ptrs) block b works on
-  int32_t block_chunk[kMaxBlocks];   // which chunk of it
+  int32_t first_chunk[kMaxTensors + 1];  // tensor t's chunks are blocks [first_chunk[t], first_chunk[t + 1])
+  uint8_t vector_ok[kMaxTensors];        // every pointer of tensor t is aligned for 4-element accesses
+  int32_t num_tensors;
 };
+static_assert(sizeof(MultiTensorArgs) < 32 * 1024, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
-// Calls launch(args, num_blocks, first_block) for successive packs of (tensor, chunk) work items.
+// The tensor whose chunks include block `block`: the last t with first_chunk[t] <= block.
+__device__ __forceinline__ int tensor_of_block(const MultiTensorArgs& args, int block) {
+  int lo = 0, hi = args.num_tensors - 1;
+  while (lo < hi) {
+    const int mid = (lo + hi + 1) / 2;
+    if (args.first_chunk[mid] <= block) {
+      lo = mid;
+    } else {
+      hi = mid - 1;
+    }
+  }
+  return lo;
+}
+
+// This block's tensor and element range [begin, end).
+struct ChunkRange {
+  int tensor;
+  int64_t begin, end;
+};
+__device__ __forceinline__ ChunkRange chunk_of_block(const MultiTensorArgs& args) {
+  const int block = static_cast<int>(blockIdx.x);
+  const int t = tensor_of_block(args, block);
+  const int64_t begin = static_cast<int64_t>(block - args.first_chunk[t]) * kChunk;
+  return {t, begin, min(begin + kChunk, args.sizes[t])};
+}
+
+// Calls launch(args, num_blocks, first_block) for successive packs of up to kMaxTensors tensors.
+// `elem_bytes[l]` is the element size of list l: a tensor takes the vector path when each of its
+// pointers is a multiple of 4 elements' bytes (a null pointer, an absent list, counts as aligned).
 // `first_block` numbers blocks globally across launches (used to place per-block partial sums).
 template <class Launch>
 void multi_tensor_apply(int num_lists, const std::vector<std::vector<void*>>& lists, const std::vector<int64_t>& sizes,
-                        Launch launch) {
+                        const std::vector<int>& elem_bytes, Launch launch) {
   MultiTensorArgs args;
-  int tensors = 0, blocks = 0, first_block = 0;
+  int tensors = 0, chunks = 0, first_block = 0;
   auto flush = [&] {
-    if (blocks > 0) launch(args, blocks, first_block);
-    first_block += blocks;
+    if (chunks > 0) {
+      args.first_chunk[tensors] = chunks;
+      args.num_tensors = tensors;
+      launch(args, chunks, first_block);
+    }
+    first_block += chunks;
     tensors = 0;
-    blocks = 0;
+    chunks = 0;
   };
   for (size_t t = 0; t < sizes.size(); ++t) {
     if (sizes[t] == 0) continue;
-    for (int l = 0; l < num_lists; ++l) args.ptrs[l][tensors] = lists[static_cast<size_t>(l)][t];
-    args.sizes[tensors] = sizes[t];
-    const int64_t chunks = (sizes[t] + kChunk - 1) / kChunk;
-    for (int64_t c = 0; c < chunks; ++c) {
-      args.block_tensor[blocks] = static_cast<int16_t>(tensors);
-      args.block_chunk[blocks] = static_cast<int32_t>(c);
-      ++blocks;
-      if (blocks == kMaxBlocks) {
-        // The tensor continues in the next pack: re-register it there at index 0.
-        bool more = c + 1 < chunks;
-        flush();
-        if (more) {
-          for (int l = 0; l < num_lists; ++l) args.ptrs[l][0] = lists[static_cast<size_t>(l)][t];
-          args.sizes[0] = sizes[t];
-          tensors = 0;
-        } else {
-          tensors = -1;  // incremented below to 0
-        }
-      }
+    bool aligned = true;
+    for (int l = 0; l < num_lists; ++l) {
+      void* ptr = lists[static_cast<size_t>(l)][t];
+      args.ptrs[l][tensors] = ptr;
+      const auto alignment = static_cast<uintptr_t>(4 * elem_bytes[static_cast<size_t>(l)]);
+      aligned = aligned && reinterpret_cast<uintptr_t>(ptr) % alignment == 0;
     }
+    args.sizes[tensors] = sizes[t];
+    args.vector_ok[tensors] = aligned ? 1 : 0;
+    args.first_chunk[tensors] = chunks;
+    chunks += static_cast<int>((sizes[t] + kChunk - 1) / kChunk);
     ++tensors;
     if (tensors == kMaxTensors) flush();
   }
@@ -78,40 +109,83 @@ int64_t count_blocks(const std::vector<int64_t>& sizes) {
   return n;
 }
 
+// One Adam(W) element update in float32. Both the vector and the scalar paths call this, so every
+// element gets the same operations in the same order whichever path it takes.
+__device__ __forceinline__ float adam_element(float w, float grad, float& m, float& v, const AdamParams& hp) {
+  if (hp.decoupled) {
+    w *= 1.f - hp.lr * hp.weight_decay;
+  } else {
+    grad += hp.weight_decay * w;
+  }
+  const float mi = hp.beta1 * m + (1.f - hp.beta1) * grad;
+  const float vi = hp.beta2 * v + (1.f - hp.beta2) * grad * grad;
+  m = mi;
+  v = vi;
+  return w - hp.lr * (mi / hp.bias_correction1) / (sqrtf(vi / hp.bias_correction2) + hp.eps);
+}
+
+// Four consecutive gradients as float: one 16-byte load of float32, one 8-byte load of bf16.
+__device__ __forceinline__ float4 load_grad4(const float* g) { return *reinterpret_cast<const float4*>(g); }
+__device__ __forceinline__ float4 load_grad4(const __nv_bfloat16* g) {
+  const uint2 raw = *reinterpret_cast<const uint2*>(g);
+  const float2 lo = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.x));
+  const float2 hi = __bfloat1622float2(*reinterpret_cast<const __nv_bfloat162*>(&raw.y));
+  return make_float4(lo.x, lo.y, hi.x, hi.y);
+}
+
 // G: the gradient's type (float, or __nv_bfloat16 read straight from a bf16 model's gradients).
 // kTwin: also write the updated value, rounded to bf16, into list 4 (the model's compute copy), so
 // mixed precision needs neither float32 gradient copies nor a separate float32 -> bf16 pass.
+// Memory-bound (28 bytes per parameter with twins): aligned tensors move 4 elements per access so
+// enough bytes are in flight per SM to cover HBM latency; the rest, and each tensor's last < 4
+// elements, go one element at a time.
 template <class G, bool kTwin>
-__global__ void adam_kernel(MultiTensorArgs args, AdamParams hp) {
-  const int t = args.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(args.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, args.sizes[t]);
-  float* p = static_cast<float*>(args.ptrs[0][t]);
-  const G* g = static_cast<const G*>(args.ptrs[1][t]);
-  float* m = static_cast<float*>(args.ptrs[2][t]);
-  float* v = static_cast<float*>(args.ptrs[3][t]);
-  __nv_bfloat16* twin = kTwin ? static_cast<__nv_bfloat16*>(args.ptrs[4][t]) : nullptr;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float w = p[i], grad = static_cast<float>(g[i]);
-    if (hp.decoupled) {
-      w *= 1.f - hp.lr * hp.weight_decay;
-    } else {
-      grad += hp.weight_decay * w;
+__global__ void __launch_bounds__(kThreads) adam_kernel(MultiTensorArgs args, AdamParams hp) {
+  const ChunkRange c = chunk_of_block(args);
+  float* p = static_cast<float*>(args.ptrs[0][c.tensor]);
+  const G* g = static_cast<const G*>(args.ptrs[1][c.tensor]);
+  float* m = static_cast<float*>(args.ptrs[2][c.tensor]);
+  float* v = static_cast<float*>(args.ptrs[3][c.tensor]);
+  __nv_bfloat16* twin = kTwin ? static_cast<__nv_bfloat16*>(args.ptrs[4][c.tensor]) : nullptr;
+  int64_t scalar_from = c.begin;
+  if (args.vector_ok[c.tensor]) {
+    const int64_t quads = (c.end - c.begin) / 4;
+    for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
+      const int64_t i = c.begin + 4 * q;
+      float4 w = *reinterpret_cast<const float4*>(p + i);
+      float4 mi = *reinterpret_cast<const float4*>(m + i);
+      float4 vi = *reinterpret_cast<const float4*>(v + i);
+      const float4 gi = load_grad4(g + i);
+      w.x = adam_element(w.x, gi.x, mi.x, vi.x, hp);
+      w.y = adam_element(w.y, gi.y, mi.y, vi.y, hp);
+      w.z = adam_element(w.z, gi.z, mi.z, vi.z, hp);
+      w.w = adam_element(w.w, gi.w, mi.w, vi.w, hp);
+      *reinterpret_cast<float4*>(p + i) = w;
+      *reinterpret_cast<float4*>(m + i) = mi;
+      *reinterpret_cast<float4*>(v + i) = vi;
+      if constexpr (kTwin) {
+        uint2 packed;
+        *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(w.x, w.y);
+        *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(w.z, w.w);
+        *reinterpret_cast<uint2*>(twin + i) = packed;
+      }
     }
-    float mi = hp.beta1 * m[i] + (1.f - hp.beta1) * grad;
-    float vi = hp.beta2 * v[i] + (1.f - hp.beta2) * grad * grad;
+    scalar_from = c.begin + 4 * quads;
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < c.end; i += blockDim.x) {
+    float mi = m[i], vi = v[i];
+    const float w = adam_element(p[i], static_cast<float>(g[i]), mi, vi, hp);
     m[i] = mi;
     v[i] = vi;
-    w -= hp.lr * (mi / hp.bias_correction1) / (sqrtf(vi / hp.bias_correction2) + hp.eps);
     p[i] = w;
     if constexpr (kTwin) twin[i] = __float2bfloat16_rn(w);
   }
 }
 
 __global__ void sgd_kernel(MultiTensorArgs args, SgdParams hp, bool has_buffer) {
-  const int t = args.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(args.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, args.sizes[t]);
+  const ChunkRange c = chunk_of_block(args);
+  const int t = c.tensor;
+  const int64_t begin = c.begin, end = c.end;
   float* p = static_cast<float*>(args.ptrs[0][t]);
   const float* g = static_cast<const float*>(args.ptrs[1][t]);
   float* buf = static_cast<float*>(args.ptrs[2][t]);
@@ -130,9 +204,9 @@ __global__ void sgd_kernel(MultiTensorArgs args, SgdParams hp, bool has_buffer) 
 // partials[first_block + blockIdx.x]; the partials are then summed in double by one block.
 __global__ void sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
   __shared__ float shared[kThreads];
-  const int t = args.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(args.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, args.sizes[t]);
+  const ChunkRange c = chunk_of_block(args);
+  const int t = c.tensor;
+  const int64_t begin = c.begin, end = c.end;
   const float* x = static_cast<const float*>(args.ptrs[0][t]);
   float acc = 0.f;
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) acc += x[i] * x[i];
@@ -159,9 +233,9 @@ __global__ void reduce_partials_kernel(const double* partials, int64_t n, double
 }
 
 __global__ void scale_kernel(MultiTensorArgs args, float factor) {
-  const int t = args.block_tensor[blockIdx.x];
-  const int64_t begin = static_cast<int64_t>(args.block_chunk[blockIdx.x]) * kChunk;
-  const int64_t end = min(begin + kChunk, args.sizes[t]);
+  const ChunkRange c = chunk_of_block(args);
+  const int t = c.tensor;
+  const int64_t begin = c.begin, end = c.end;
   float* x = static_cast<float*>(args.ptrs[0][t]);
   for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= factor;
 }
@@ -187,7 +261,7 @@ void adam_update(const std::vector<float*>& params, const std::vector<const floa
   DPT_CHECK(grads.size() == sizes.size() && exp_avg.size() == sizes.size() && exp_avg_sq.size() == sizes.size(),
             "adam_update: lists of different lengths");
   cudaStream_t stream = dpt::cuda::current_stream();
-  multi_tensor_apply(4, {as_void(params), as_void(grads), as_void(exp_avg), as_void(exp_avg_sq)}, sizes,
+  multi_tensor_apply(4, {as_void(params), as_void(grads), as_void(exp_avg), as_void(exp_avg_sq)}, sizes, {4, 4, 4, 4},
                      [&](const MultiTensorArgs& args, int blocks, int) {
                        adam_kernel<float, false><<<blocks, kThreads, 0, stream>>>(args, hp);
                        DPT_CUDA_CHECK(cudaGetLastError());
@@ -204,7 +278,7 @@ void adam_update_bf16_twins(const std::vector<float*>& params, const std::vector
             "adam_update_bf16_twins: lists of different lengths");
   cudaStream_t stream = dpt::cuda::current_stream();
   multi_tensor_apply(5, {as_void(params), as_void(grads_bf16), as_void(exp_avg), as_void(exp_avg_sq), twins_bf16},
-                     sizes, [&](const MultiTensorArgs& args, int blocks, int) {
+                     sizes, {4, 2, 4, 4, 2}, [&](const MultiTensorArgs& args, int blocks, int) {
                        adam_kernel<__nv_bfloat16, true><<<blocks, kThreads, 0, stream>>>(args, hp);
                        DPT_CUDA_CHECK(cudaGetLastError());
                      });
@@ -218,7 +292,7 @@ void sgd_update(const std::vector<float*>& params, const std::vector<const float
             "sgd_update: lists of different lengths");
   cudaStream_t stream = dpt::cuda::current_stream();
   std::vector<void*> buffers = has_buffer ? as_void(momentum_buffers) : std::vector<void*>(sizes.size(), nullptr);
-  multi_tensor_apply(3, {as_void(params), as_void(grads), buffers}, sizes,
+  multi_tensor_apply(3, {as_void(params), as_void(grads), buffers}, sizes, {4, 4, 4},
                      [&](const MultiTensorArgs& args, int blocks, int) {
                        sgd_kernel<<<blocks, kThreads, 0, stream>>>(args, hp, has_buffer);
                        DPT_CUDA_CHECK(cudaGetLastError());
@@ -233,7 +307,7 @@ double sum_of_squares(const std::vector<const float*>& tensors, const std::vecto
   double* partials = nullptr;
   // Partials plus one slot for the result, stream-ordered so it is freed after the kernels finish.
   DPT_CUDA_CHECK(cudaMallocAsync(&partials, static_cast<size_t>(total_blocks + 1) * sizeof(double), stream));
-  multi_tensor_apply(1, {as_void(tensors)}, sizes, [&](const MultiTensorArgs& args, int blocks, int first_block) {
+  multi_tensor_apply(1, {as_void(tensors)}, sizes, {4}, [&](const MultiTensorArgs& args, int blocks, int first_block) {
     sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(args, partials, first_block);
     DPT_CUDA_CHECK(cudaGetLastError());
   });
@@ -249,7 +323,7 @@ double sum_of_squares(const std::vector<const float*>& tensors, const std::vecto
 void scale(const std::vector<float*>& tensors, const std::vector<int64_t>& sizes, float factor) {
   check_sizes("scale", tensors.size(), sizes);
   cudaStream_t stream = dpt::cuda::current_stream();
-  multi_tensor_apply(1, {as_void(tensors)}, sizes, [&](const MultiTensorArgs& args, int blocks, int) {
+  multi_tensor_apply(1, {as_void(tensors)}, sizes, {4}, [&](const MultiTensorArgs& args, int blocks, int) {
     scale_kernel<<<blocks, kThreads, 0, stream>>>(args, factor);
     DPT_CUDA_CHECK(cudaGetLastError());
   });

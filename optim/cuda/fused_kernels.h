@@ -2,11 +2,11 @@
 // Fused multi-tensor CUDA updates (implemented in fused_kernels.cu, built only with CUDA). Host-side
 // declarations only, so CPU code can call them behind DPT_HAVE_CUDA.
 //
-// Multi-tensor apply: the host packs pointers and sizes of up to kMaxTensors tensors, plus a table
-// mapping each CUDA block to (tensor, chunk), into one kernel argument struct; one launch then
-// updates all of them. A group with more tensors or chunks than fit takes a few launches, never one
-// per tensor. All tensors are float32, contiguous, on the current device; work goes on the current
-// stream.
+// Multi-tensor apply: the host packs pointers and sizes of up to kMaxTensors tensors, with the count
+// of chunks before each, into one kernel argument struct; one launch of one block per chunk then
+// updates all of them (a group with more tensors takes a few launches, never one per tensor). Tensors
+// are contiguous (views at any offset are fine: unaligned ones take a scalar path) on the current
+// device; float32 unless said otherwise; work goes on the current stream.
 #include <cstdint>
 #include <vector>
 
