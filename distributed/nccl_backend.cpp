@@ -216,9 +216,14 @@ class NcclBackend : public Backend {
       ncclCommAbort(setup_comm_);
       throw;
     }
+    // High priority: the block scheduler starts a collective's blocks ahead of queued compute blocks, so
+    // communication launched during backward starts at once. DPT_COMM_STREAM_PRIORITY=normal gives it
+    // the compute streams' priority (for measuring how the two share the SMs).
     int least = 0, greatest = 0;
     DPT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    comm_stream_ = cuda::create_stream(device_, greatest);
+    const char* priority = std::getenv("DPT_COMM_STREAM_PRIORITY");
+    const bool normal = priority != nullptr && std::string(priority) == "normal";
+    comm_stream_ = cuda::create_stream(device_, normal ? least : greatest);
     ready_ = std::make_unique<cuda::CudaEvent>(false, device_);
     watchdog_ = std::thread([this] { watchdog_loop(); });
   }
