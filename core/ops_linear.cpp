@@ -216,19 +216,15 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   args.transpose_b = true;
   args.bias = saved->bias;
   // float32 GELU: the GEMM writes pre (+ bias) into the aux buffer and core's GELU kernel follows (see
-  // the top: float32 keeps core's GELU arithmetic). Without a backward to come (inference, frozen
-  // layers) the epilogue keeps no aux.
+  // the top: float32 keeps core's GELU arithmetic).
   const bool gelu_after = act == Activation::Gelu && dt == DType::Float32;
-  const bool backward =
-      grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
   if (act == Activation::Gelu) {
-    if (gelu_after || backward) saved->aux = Tensor::empty({m, n}, out.options());
-    args.epilogue = gelu_after ? (bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None)
-                    : backward ? ck::LtEpilogue::GeluAux
-                               : ck::LtEpilogue::Gelu;
+    saved->aux = Tensor::empty({m, n}, out.options());
+    args.epilogue =
+        gelu_after ? (bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None) : ck::LtEpilogue::GeluAux;
   } else if (act == Activation::Relu) {
-    args.epilogue = backward ? ck::LtEpilogue::ReluAux : ck::LtEpilogue::Relu;
-    if (backward) saved->aux = Tensor::empty({ck::relu_mask_words(m, n)}, out.options().with_dtype(DType::Int32));
+    args.epilogue = ck::LtEpilogue::ReluAux;
+    saved->aux = Tensor::empty({ck::relu_mask_words(m, n)}, out.options().with_dtype(DType::Int32));
   } else {
     args.epilogue = bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None;
   }
@@ -242,7 +238,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     if (!ck::gemm_lt(saved->x, saved->weight, saved->out, args)) return {};
   }
 
-  if (!backward) return out;
+  if (!grad_mode_enabled()) return out;
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   const Shape x_shape = x.shape();

@@ -115,10 +115,6 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e, bool has_bias) {
       return CUBLASLT_EPILOGUE_DEFAULT;
     case LtEpilogue::Bias:
       return CUBLASLT_EPILOGUE_BIAS;
-    case LtEpilogue::Gelu:
-      return has_bias ? CUBLASLT_EPILOGUE_GELU_BIAS : CUBLASLT_EPILOGUE_GELU;
-    case LtEpilogue::Relu:
-      return has_bias ? CUBLASLT_EPILOGUE_RELU_BIAS : CUBLASLT_EPILOGUE_RELU;
     case LtEpilogue::GeluAux:
       return has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     case LtEpilogue::ReluAux:
@@ -133,9 +129,7 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e, bool has_bias) {
   DPT_FAIL("gemm_lt: unknown epilogue {}", static_cast<int>(e));
 }
 
-bool uses_aux(LtEpilogue e) {
-  return e == LtEpilogue::GeluAux || e == LtEpilogue::ReluAux || e == LtEpilogue::DGelu || e == LtEpilogue::DRelu;
-}
+bool uses_aux(LtEpilogue e) { return e != LtEpilogue::None && e != LtEpilogue::Bias && e != LtEpilogue::BiasGradOfA; }
 bool is_relu(LtEpilogue e) { return e == LtEpilogue::ReluAux || e == LtEpilogue::DRelu; }
 
 bool row_ok(int64_t elements, DType dtype) { return (elements * static_cast<int64_t>(dtype_size(dtype))) % 16 == 0; }

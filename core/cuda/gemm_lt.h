@@ -8,7 +8,6 @@
 // Epilogues, in row-major terms (cuBLASLt's names in brackets):
 //   None         C = AB
 //   Bias         C = AB + bias[n], bias broadcast down the rows                            [BIAS]
-//   Gelu, Relu   C = act(AB (+ bias)), nothing kept (inference)                      [GELU/RELU(_BIAS)]
 //   GeluAux      C = gelu(AB (+ bias)), aux = AB (+ bias) as [m, n] in C's dtype     [GELU_AUX(_BIAS)]
 //   ReluAux      C = relu(AB (+ bias)), aux = a bit mask of AB (+ bias) > 0          [RELU_AUX(_BIAS)]
 //   DGelu        C = AB * gelu'(aux); with bias: bias = column sums of C (length n)   [DGELU(_BGRAD)]
@@ -24,7 +23,7 @@
 
 namespace dpt::cuda_kernels {
 
-enum class LtEpilogue { None, Bias, Gelu, Relu, GeluAux, ReluAux, DGelu, DRelu, BiasGradOfA };
+enum class LtEpilogue { None, Bias, GeluAux, ReluAux, DGelu, DRelu, BiasGradOfA };
 
 struct LtGemmArgs {
   int64_t m = 0, n = 0, k = 0;
