@@ -95,12 +95,7 @@ struct AlgoKey {
   bool transpose_a, transpose_b;
   cublasLtEpilogue_t epilogue;
   bool tf32;
-  // Bias and aux pointers have no alignment preference: the heuristic reads their actual alignment, so
-  // whether both sit on 256 bytes (fresh pool blocks) or only on 16 (views) is part of the key.
-  bool epilogue_aligned256;
-  auto tie() const {
-    return std::tie(device, dtype, m, n, k, transpose_a, transpose_b, epilogue, tf32, epilogue_aligned256);
-  }
+  auto tie() const { return std::tie(device, dtype, m, n, k, transpose_a, transpose_b, epilogue, tf32); }
   bool operator<(const AlgoKey& o) const { return tie() < o.tie(); }
 };
 
@@ -240,12 +235,7 @@ bool gemm_lt(const Tensor& a, const Tensor& b, const Tensor& c, const LtGemmArgs
   void* workspace = cuda::gemm_workspace(stream, device, &workspace_bytes);
   cublasLtHandle_t handle = cuda::cublaslt_handle(device);
 
-  auto aligned256 = [](const Tensor& t) {
-    return !t.defined() || (reinterpret_cast<uintptr_t>(t.data_ptr()) & 255) == 0;
-  };
-  const bool epilogue_aligned256 = aligned256(args.bias) && aligned256(args.aux);
-  const AlgoKey key{device,           c.dtype(),        m,        n,    k,
-                    args.transpose_a, args.transpose_b, epilogue, tf32, epilogue_aligned256};
+  const AlgoKey key{device, c.dtype(), m, n, k, args.transpose_a, args.transpose_b, epilogue, tf32};
   std::optional<cublasLtMatmulAlgo_t> algo;
   bool cached = false;
   {

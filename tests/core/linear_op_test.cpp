@@ -273,12 +273,8 @@ TEST_F(CudaLinearOp, MatchesCpuInFloat32AndBfloat16) {
           Result gpu = run_on(Device::cuda(0), dtype, linear_fn(act), in);
           expect_results_close(gpu, cpu, rtol_for(dtype, act), what);
           // Which path ran: the fused op records LinearBackward; the fallback the composition's nodes.
-          // Unaligned rows must take the fallback; aligned bfloat16 must be fused (float32 may be refused
-          // by cuBLASLt, see CublasLtTakesEveryAlignedBfloat16Case).
           const bool aligned = c.fused || (dtype == DType::Float32 && c.x.back() % 4 == 0 && c.out % 4 == 0);
-          if (!aligned || dtype == DType::BFloat16) {
-            EXPECT_EQ(gpu.grad_fn == "LinearBackward", aligned) << what << ": grad_fn " << gpu.grad_fn;
-          }
+          EXPECT_EQ(gpu.grad_fn == "LinearBackward", aligned) << what << ": grad_fn " << gpu.grad_fn;
         }
       }
     }
@@ -341,7 +337,7 @@ TEST_F(CudaLinearOp, PairOfLinearsAbsorbsTheActivationBackward) {
           unfused = run_on(Device::cuda(0), dtype, pair, in);
         }
         Result cpu = run_on(Device::cpu(), dtype, pair, in);
-        if (!second_use && dtype == DType::BFloat16) {
+        if (!second_use) {
           EXPECT_EQ(fused.grad_fn, absorbable(act, dtype) ? "LinearPairBackward" : "LinearBackward") << what;
         }
         expect_results_close(fused, unfused, rtol_for(dtype, act), what + " vs unfused");
@@ -351,39 +347,30 @@ TEST_F(CudaLinearOp, PairOfLinearsAbsorbsTheActivationBackward) {
   }
 }
 
-// Every epilogue the op uses has a cuBLASLt algorithm on aligned GPT-2-like shapes in bfloat16 (the
-// training precision): otherwise the op stays correct but is silently unfused (the forward, the BGRADB
-// weight gradient or the DGELU/DRELU_BGRAD absorbed backward would take the fallback). float32 runs
-// the same cases and only reports refusals: some cuBLASLt versions implement these epilogues for 16-bit
-// types only, and float32's fallback is the plain path.
-TEST_F(CudaLinearOp, CublasLtTakesEveryAlignedBfloat16Case) {
+// Every epilogue the op uses has a cuBLASLt algorithm on aligned GPT-2-like shapes, in both dtypes:
+// otherwise the op is correct but silently unfused (the forward, the BGRADB weight gradient or the
+// DGELU/DRELU_BGRAD absorbed backward would take the fallback).
+TEST_F(CudaLinearOp, CublasLtTakesEveryAlignedCase) {
 #ifdef DPT_HAVE_CUDA
   FusedSwitch on(true);
-  for (DType dtype : {DType::BFloat16, DType::Float32}) {
-    const int64_t before = cuda_kernels::gemm_lt_refusals();
-    for (Activation act : {Activation::None, Activation::Gelu, Activation::Relu}) {
-      for (bool with_bias : {true, false}) {
-        Fn pair = [act](const Inputs& v) {
-          return linear(linear(v[0], v[1], v.size() > 3 ? v[2] : Tensor{}, act), v.size() > 3 ? v[3] : v[2],
-                        v.size() > 3 ? v[4] : Tensor{});
-        };
-        Tensor x = normal({4, 32, 128}), w1 = mul(normal({512, 128}), 0.1), b1 = mul(normal({512}), 0.1);
-        Tensor w2 = mul(normal({128, 512}), 0.05), b2 = mul(normal({128}), 0.05);
-        const Inputs in = with_bias ? Inputs{x, w1, b1, w2, b2} : Inputs{x, w1, w2};
+  const int64_t before = cuda_kernels::gemm_lt_refusals();
+  for (Activation act : {Activation::None, Activation::Gelu, Activation::Relu}) {
+    for (bool with_bias : {true, false}) {
+      Fn pair = [act](const Inputs& v) {
+        return linear(linear(v[0], v[1], v.size() > 3 ? v[2] : Tensor{}, act), v.size() > 3 ? v[3] : v[2],
+                      v.size() > 3 ? v[4] : Tensor{});
+      };
+      Tensor x = normal({4, 32, 128}), w1 = mul(normal({512, 128}), 0.1), b1 = mul(normal({512}), 0.1);
+      Tensor w2 = mul(normal({128, 512}), 0.05), b2 = mul(normal({128}), 0.05);
+      const Inputs in = with_bias ? Inputs{x, w1, b1, w2, b2} : Inputs{x, w1, w2};
+      for (DType dtype : {DType::Float32, DType::BFloat16}) {
         Result r = run_on(Device::cuda(0), dtype, pair, in);
-        if (dtype == DType::BFloat16) {
-          EXPECT_EQ(r.grad_fn, absorbable(act, dtype) ? "LinearPairBackward" : "LinearBackward")
-              << act_name(act) << (with_bias ? " with bias" : " without bias");
-        }
+        EXPECT_EQ(r.grad_fn, absorbable(act, dtype) ? "LinearPairBackward" : "LinearBackward")
+            << act_name(act) << " " << dtype_name(dtype);
       }
     }
-    const int64_t refused = cuda_kernels::gemm_lt_refusals() - before;
-    std::printf("[ linear   ] %s: %lld cuBLASLt refusals%s%s\n", dtype_name(dtype), static_cast<long long>(refused),
-                refused ? ", last: " : "", refused ? cuda_kernels::gemm_lt_last_refusal().c_str() : "");
-    if (dtype == DType::BFloat16) {
-      EXPECT_EQ(refused, 0) << "last refused: " << cuda_kernels::gemm_lt_last_refusal();
-    }
   }
+  EXPECT_EQ(cuda_kernels::gemm_lt_refusals(), before) << "last refused: " << cuda_kernels::gemm_lt_last_refusal();
 #endif
 }
 
