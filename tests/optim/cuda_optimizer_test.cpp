@@ -65,7 +65,8 @@ void expect_close(const NamedTensors& cpu, const NamedTensors& gpu, double tol) 
     double worst = 0;
     size_t at = 0;
     for (size_t j = 0; j < x.size(); ++j) {
-      const double err = std::abs(static_cast<double>(x[j]) - y[j]) / std::max(1.0, std::abs(static_cast<double>(x[j])));
+      const double ref = x[j];
+      const double err = std::abs(ref - y[j]) / std::max(1.0, std::abs(ref));
       if (err > worst) worst = err, at = j;
     }
     EXPECT_LE(worst, tol) << cpu[i].first << " (" << x.size() << " elements) at " << at;
