@@ -24,8 +24,8 @@ namespace {
 // once, and the last wave is partly idle. The vectorised Adam kernels use 40-45 registers per thread, so
 // an SM holds 2 blocks of 512 threads (R = 264 on a 132-SM H100/H200; the scalar twin kernel, at 28
 // registers, fit 4). The 92M-parameter MLP makes ~5630 chunks of 16384: ~21 waves, the partial last one
-// a few percent of the time, where packs of at most 640 blocks of 65536 elements gave 3 launches of
-// ~1.2 waves each, their second wave mostly idle. Two blocks of 512 threads, each thread loading 56 bytes per 4-element
+// a few percent of the time, where packs of at most 640 blocks of 65536 elements gave 3 launches of ~1.2 waves each,
+// their second wave mostly idle. Two blocks of 512 threads, each thread loading 56 bytes per 4-element
 // step with twins, keep ~57 KB in flight per SM, above the ~25 KB per SM that HBM bandwidth
 // times latency (~4.8 TB/s x ~0.7 us over 132 SMs) asks for.
 constexpr int kMaxLists = 5;
@@ -247,8 +247,8 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(MultiTensorArgs args, Sgd
 // partials[first_block + blockIdx.x]; the partials are then summed in double by one block. Scalar
 // loads: it runs once per step on gradients only (4 bytes per parameter), and a different per-thread
 // order would change the float32 partials.
-__global__ void __launch_bounds__(kThreads)
-    sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
+__global__ void __launch_bounds__(kThreads) sum_squares_kernel(MultiTensorArgs args, double* partials,
+                                                               int first_block) {
   __shared__ float shared[kThreads];
   const ChunkRange c = chunk_of_block(args);
   const float* x = static_cast<const float*>(args.ptrs[0][c.tensor]);

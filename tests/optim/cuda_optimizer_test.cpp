@@ -65,8 +65,7 @@ void expect_close(const NamedTensors& cpu, const NamedTensors& gpu, double tol) 
     double worst = 0;
     size_t at = 0;
     for (size_t j = 0; j < x.size(); ++j) {
-      const double ref = x[j];
-      const double err = std::abs(ref - y[j]) / std::max(1.0, std::abs(ref));
+      const double err = std::abs(static_cast<double>(x[j]) - y[j]) / std::max(1.0, std::abs(static_cast<double>(x[j])));
       if (err > worst) worst = err, at = j;
     }
     EXPECT_LE(worst, tol) << cpu[i].first << " (" << x.size() << " elements) at " << at;
