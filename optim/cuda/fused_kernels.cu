@@ -20,14 +20,10 @@ namespace {
 // of all of them: a block finds its tensor by binary search over that count. Every chunk of a pack
 // goes into one launch, so a model of a few dozen tensors is one launch whatever their sizes.
 //
-// Why chunks of 16384 elements: a launch of B blocks runs in ceil(B / R) waves, R the blocks resident at
-// once, and the last wave is partly idle. The vectorised Adam kernels use 40-45 registers per thread, so
-// an SM holds 2 blocks of 512 threads (R = 264 on a 132-SM H100/H200; the scalar twin kernel, at 28
-// registers, fit 4). The 92M-parameter MLP makes ~5630 chunks of 16384: ~21 waves, the partial last one
-// a few percent of the time, where packs of at most 640 blocks of 65536 elements gave 3 launches of ~1.2 waves each,
-// their second wave mostly idle. Two blocks of 512 threads, each thread loading 56 bytes per 4-element
-// step with twins, keep ~57 KB in flight per SM, above the ~25 KB per SM that HBM bandwidth
-// times latency (~4.8 TB/s x ~0.7 us over 132 SMs) asks for.
+// Why chunks of 16384 elements: a GPU holds about 4 blocks of 512 threads per SM (528 on an H100), so a
+// launch of B blocks runs in ceil(B / 528) waves and the last one is partly idle. The 92M-parameter MLP
+// makes ~5600 chunks of 16384 (10.7 waves: <7% idle at the end) where 65536-element chunks gave 2.7
+// waves (up to a third idle in the last).
 constexpr int kMaxLists = 5;
 constexpr int kMaxTensors = 110;
 constexpr int64_t kChunk = 16384;  // elements per block; a multiple of 4 * kThreads
