@@ -49,18 +49,6 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64, fi
 // or one side is 2-D and is shared across the batch. Accumulates in float32 for bfloat16 inputs.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
-// --- linear layers ---------------------------------------------------------------------------
-// act(x W^T + b): x [..., in] (or [in]), weight [out, in], bias [out] or undefined -> [..., out]. On the
-// CPU (and wherever the fused path cannot run) it is exactly matmul, add, then gelu/relu, so results are
-// bit-identical to composing those ops. On CUDA in float32/bfloat16 one cuBLASLt GEMM applies bias and
-// activation in its epilogue and backward fuses the bias gradient (core/ops_linear.cpp).
-enum class Activation { None, Gelu, Relu };  // Gelu: tanh approximation, as gelu()
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Activation act = Activation::None);
-// The fused CUDA path is on unless the environment sets DPT_LINEAR_FUSED=0; set_linear_fused overrides
-// that for the process (A/B benchmarks and tests).
-void set_linear_fused(bool enabled);
-bool linear_fused();
-
 // --- softmax family (last dimension; statistics in float32 for bfloat16) --------------------------
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);
