@@ -42,7 +42,11 @@ class AccumulateGrad : public Node {
     if (g.defined()) {
       AutogradMeta& meta = leaf_->autograd_meta();
       Tensor incoming = g.dtype() == leaf.dtype() ? g : g.to(leaf.dtype());
-      if (meta.grad && meta.grad->defined()) {
+      if (meta.grad && meta.grad->defined() && meta.grad_zero_pending) {
+        // First gradient since zero_grad(): overwrite, in place (it may be a bucket view).
+        meta.grad->copy_(incoming);
+        meta.grad_zero_pending = false;
+      } else if (meta.grad && meta.grad->defined()) {
         // Accumulate in place: the gradient may be a view into a communication bucket.
         kernels::binary(kernels::BinaryOp::Add, *meta.grad, incoming.contiguous(), *meta.grad);
       } else {

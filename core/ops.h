@@ -49,6 +49,27 @@ Tensor argmax(const Tensor& x, int64_t dim, bool keepdim = false);  // int64, fi
 // or one side is 2-D and is shared across the batch. Accumulates in float32 for bfloat16 inputs.
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool transpose_b = false);
 
+// --- linear layers ---------------------------------------------------------------------------
+// act(x W^T + b): x [..., in] (or [in]), weight [out, in], bias [out] or undefined -> [..., out]. On the
+// CPU (and wherever the fused path cannot run) it is exactly matmul, add, then gelu/relu, so results are
+// bit-identical to composing those ops. On CUDA in float32/bfloat16 one cuBLASLt GEMM applies bias and
+// activation in its epilogue and backward fuses the bias gradient (core/ops_linear.cpp).
+enum class Activation { None, Gelu, Relu };  // Gelu: tanh approximation, as gelu()
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Activation act = Activation::None);
+// The fused CUDA path is on unless the environment sets DPT_LINEAR_FUSED=0; set_linear_fused overrides
+// that for the process (A/B benchmarks and tests).
+void set_linear_fused(bool enabled);
+bool linear_fused();
+// Which activations a fused linear lets the linear it feeds absorb (the consumer's dh GEMM computes the
+// activation's backward and bias gradient in its DRELU/DGELU_BGRAD epilogue). Default Relu: on an H100
+// with cuBLASLt 13.0, bf16 DGELU_BGRAD on GPT-2's MLP runs as a separate epilogue pass after the GEMM,
+// 0.35 ms per layer, slower than the GEMM plus core's elementwise GELU backward. The environment's
+// DPT_LINEAR_ABSORB=none|relu|all sets it for a process; set_linear_absorb overrides (tests, A/B runs).
+enum class LinearAbsorb { None = 0, Relu = 1, All = 2 };
+void set_linear_absorb(LinearAbsorb level);
+LinearAbsorb linear_absorb();
+bool linear_absorbs(Activation act);
+
 // --- softmax family (last dimension; statistics in float32 for bfloat16) --------------------------
 Tensor softmax(const Tensor& x);
 Tensor log_softmax(const Tensor& x);

@@ -97,8 +97,14 @@ std::shared_ptr<Node> Tensor::grad_fn() const {
 }
 
 Tensor Tensor::grad() const {
-  const TensorImpl& impl = checked(impl_);
-  return impl.autograd && impl.autograd->grad ? *impl.autograd->grad : Tensor();
+  checked(impl_);
+  TensorImpl& impl = *impl_;
+  if (!impl.autograd || !impl.autograd->grad) return Tensor();
+  if (impl.autograd->grad_zero_pending) {  // a deferred zero_grad(): whoever reads sees the zeros
+    impl.autograd->grad->zero_();
+    impl.autograd->grad_zero_pending = false;
+  }
+  return *impl.autograd->grad;
 }
 
 void Tensor::set_grad(const Tensor& grad) const {
@@ -108,15 +114,18 @@ void Tensor::set_grad(const Tensor& grad) const {
               dtype_name(grad.dtype()), grad.device().str(), shape_str(shape()), dtype_name(dtype()), device().str());
     DPT_CHECK(grad.is_contiguous(), "set_grad: the gradient must be contiguous");
   }
-  impl_->autograd_meta().grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
+  AutogradMeta& meta = impl_->autograd_meta();
+  meta.grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
+  meta.grad_zero_pending = false;
 }
 
 void Tensor::zero_grad(bool set_to_none) const {
   if (!impl_->autograd || !impl_->autograd->grad) return;
   if (set_to_none) {
     impl_->autograd->grad.reset();
+    impl_->autograd->grad_zero_pending = false;
   } else {
-    impl_->autograd->grad->zero_();
+    impl_->autograd->grad_zero_pending = true;  // see AutogradMeta: zeroed by the next write or read
   }
 }
 

@@ -23,6 +23,10 @@ using GradReadyHook = std::function<void(const Tensor& leaf)>;
 struct AutogradMeta {
   bool requires_grad = false;
   std::shared_ptr<Tensor> grad;           // accumulated gradient of a leaf (may be a view into a bucket)
+  // zero_grad() without set_to_none only sets this: the next accumulation overwrites `grad` instead of
+  // adding to it, and any read through Tensor::grad() zeroes it first. One copy instead of a fill and
+  // an add per parameter and step (GPT-2: 148 kernel launches fewer).
+  bool grad_zero_pending = false;
   std::shared_ptr<Node> grad_fn;          // the op that produced this tensor (null for leaves)
   uint32_t output_nr = 0;                 // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;   // a leaf's AccumulateGrad node, shared by all its uses

@@ -17,14 +17,13 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Genera
   }
 }
 
-Tensor Linear::forward(const Tensor& x) {
+Tensor Linear::forward(const Tensor& x) { return forward_with(x, Activation::None); }
+
+Tensor Linear::forward_with(const Tensor& x, Activation act) {
   DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input [..., {}], found {}",
             weight.size(1), shape_str(x.shape()));
-  // [..., in] @ W^T; a rank-1 input is treated as one row.
-  Tensor in = x.dim() == 1 ? x.reshape({1, x.size(0)}) : x;
-  Tensor y = matmul(in, weight, false, true);
-  if (bias.defined()) y = y + bias;
-  return x.dim() == 1 ? y.reshape({weight.size(0)}) : y;
+  // [..., in] @ W^T (+ b), then act; a rank-1 input is treated as one row.
+  return linear(x, weight, bias, act);
 }
 
 }  // namespace dpt::nn

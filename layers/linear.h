@@ -1,6 +1,7 @@
 #pragma once
 // Linear: y = x W^T + b, with W stored [out_features, in_features] as in PyTorch, so weights load by
 // name into torch.nn.Linear. x may have any leading dims: [..., in] -> [..., out].
+#include "core/ops.h"
 #include "layers/module.h"
 
 namespace dpt::nn {
@@ -10,6 +11,9 @@ class Linear : public Module {
   // W and b ~ U(-1/sqrt(in), 1/sqrt(in)), PyTorch's default.
   Linear(int64_t in_features, int64_t out_features, bool bias = true, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // act(x W^T + b) in one op (dpt::linear): on CUDA the activation runs in the GEMM's epilogue, and a
+  // Linear fed directly by this output fuses the activation's backward into its own (core/ops_linear.cpp).
+  Tensor forward_with(const Tensor& x, Activation act);
 
   Tensor weight;
   Tensor bias;  // undefined without bias

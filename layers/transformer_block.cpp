@@ -11,7 +11,8 @@ FeedForward::FeedForward(int64_t n_embd, double dropout, Generator& gen) : dropo
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
-  return dropout(proj->forward(gelu(fc->forward(x))), dropout_, is_training(), *gen_);
+  // gelu fused into fc's GEMM, and its backward into proj's (dpt::linear).
+  return dropout(proj->forward(fc->forward_with(x, Activation::Gelu)), dropout_, is_training(), *gen_);
 }
 
 TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout, Generator& gen) {

@@ -72,8 +72,13 @@ if ((${#binaries[@]} == 0)); then
 fi
 
 # memcheck options:
-# --target-processes all: the DDP and NCCL tests run their workers as child processes through dpt-run;
-#   memcheck follows them, and every process prints its own ERROR SUMMARY (summed below).
+# One memcheck instance per process. The DDP and NCCL tests start their workers through dpt-run; the
+# tests put $DPT_TEST_WORKER_PREFIX (tests/distributed/worker_command.h) in front of each worker, so
+# each worker runs under its own instance, which writes its report to $logs/sanitize-worker-<pid>.log
+# (summed below) and makes the worker exit non-zero on an error, failing the test. The test executable
+# itself is checked with --target-processes application-only: one instance following the whole tree
+# (test, dpt-run, both NCCL workers) never finished the first 2-GPU DDP test on 2 x H200, while one
+# instance per worker checks that pair of workers in about 30 s.
 # --report-api-errors no: an error status from a CUDA call is the project's to check (DPT_CUDA_CHECK
 #   throws and the test fails), and CudaChecks provokes one on purpose; memcheck's job here is device
 #   memory accesses.
@@ -84,15 +89,16 @@ fi
 # executable. Tensor leaks are asserted directly by CudaAllocator.LiveBytesGoBackDownWhenTensorsDie.
 # NCCL's own kernels are not instrumented (--kernel-name-exclude kns=nccl) unless
 # DPT_GPU_SANITIZE_NCCL=1: they are not our code, and a collective kernel spins on flags its peer
-# process writes, which instrumentation slows in both processes at once. Known limit: even so, the
-# 2-GPU DDP tests (DdpParityCuda.*) do not finish under memcheck on 2 x H200 (the first one ran past
-# 150-200 s with and without this exclusion, NCCL_CUMEM_ENABLE=0 and NCCL_P2P_DISABLE=1); their
-# kernels other than NCCL's are the layers' and the optimizer's, which the other executables check.
+# process writes, so instrumenting it only slows both processes.
 nccl=(--kernel-name-exclude kns=nccl)
-if [[ "${DPT_GPU_SANITIZE_NCCL:-0}" == 1 ]]; then nccl=(); else export NCCL_CUMEM_ENABLE=0; fi
+if [[ "${DPT_GPU_SANITIZE_NCCL:-0}" == 1 ]]; then nccl=(); fi
 leak=()  # memcheck default: no leak check
 if [[ "${DPT_GPU_SANITIZE_LEAKS:-0}" == 1 ]]; then leak=(--leak-check full); fi
 timeout_s="${DPT_GPU_SANITIZE_TIMEOUT:-1800}"
+memcheck=("$sanitizer" --tool memcheck --error-exitcode 1 --report-api-errors no "${nccl[@]}" "${leak[@]}"
+  --print-limit 200)
+rm -f "$logs"/sanitize-worker-*.log
+export DPT_TEST_WORKER_PREFIX="${memcheck[*]} --log-file $logs/sanitize-worker-%p.log"
 
 echo "gpu-sanitize: $sanitizer, $gpus GPU(s), filter '$filter' minus '$exclude', logs in $logs"
 rows=()
@@ -113,8 +119,7 @@ for bin in "${binaries[@]}"; do
   fi
   # Same working directory as under ctest (gtest_discover_tests runs in <build>/tests).
   echo "gpu-sanitize: $name (log: $log)"
-  (cd "$build/tests" && timeout --kill-after=30 "$timeout_s" "$sanitizer" --tool memcheck --error-exitcode 1 \
-     --target-processes all --report-api-errors no "${nccl[@]}" "${leak[@]}" --print-limit 200 \
+  (cd "$build/tests" && timeout --kill-after=30 "$timeout_s" "${memcheck[@]}" --target-processes application-only \
      "$bin" --gtest_filter="$filter-$exclude" --gtest_color=no) >"$log" 2>&1
   rc=$?
   # GoogleTest's own counts: "[==========] 12 tests from 3 test suites ran.", "[  PASSED  ] 10 tests.",
@@ -122,8 +127,14 @@ for bin in "${binaries[@]}"; do
   ran="$(grep -oE '^\[==========\] [0-9]+ tests? from .* ran' "$log" | tail -n 1 | grep -oE '[0-9]+' | head -n 1)"
   failed="$(grep -oE '^\[  FAILED  \] [0-9]+ tests?, listed below' "$log" | tail -n 1 | grep -oE '[0-9]+' | head -n 1)"
   skipped="$(grep -oE '^\[  SKIPPED \] [0-9]+ tests?, listed below' "$log" | tail -n 1 | grep -oE '[0-9]+' | head -n 1)"
-  # One "========= ERROR SUMMARY: N errors" per process memcheck followed.
-  errors="$(grep -oE '^========= ERROR SUMMARY: [0-9]+ error' "$log" | grep -oE '[0-9]+' | awk '{s += $1} END {print s + 0}')"
+  # One "========= ERROR SUMMARY: N errors" per checked process: the executable's in its log, each
+  # worker's in its own file (then moved aside, so the next executable counts only its own workers).
+  workers=("$logs"/sanitize-worker-*.log)
+  [[ -e "${workers[0]}" ]] || workers=()
+  errors="$(cat "$log" "${workers[@]}" | grep -oE '^========= ERROR SUMMARY: [0-9]+ error' | grep -oE '[0-9]+' |
+    awk '{s += $1} END {print s + 0}')"
+  checked="$(cat "${workers[@]}" /dev/null | grep -cE '^========= ERROR SUMMARY' || true)"
+  if ((${#workers[@]})); then cat "${workers[@]}" >"$logs/sanitize-$name-workers.log" && rm -f "${workers[@]}"; fi
   note=""
   if [[ -z "$ran" ]]; then
     if ((rc == 124 || rc == 137)); then note="TIMED OUT after ${timeout_s}s"; else note="DID NOT FINISH (exit $rc)"; fi
@@ -132,8 +143,8 @@ for bin in "${binaries[@]}"; do
     note="FAILED (exit $rc)"
     status=1
   fi
-  rows+=("$(printf '%-26s %4s run %4s failed %4s skipped %5s memcheck errors  %s' "$name" "${ran:-?}" \
-    "${failed:-0}" "${skipped:-0}" "$errors" "$note")")
+  rows+=("$(printf '%-26s %4s run %4s failed %4s skipped %5s memcheck errors %4s workers checked  %s' "$name" \
+    "${ran:-?}" "${failed:-0}" "${skipped:-0}" "$errors" "$checked" "$note")")
 done
 
 echo

@@ -45,9 +45,9 @@ __global__ void __launch_bounds__(1024)
 
 template <class T, class S, class I, int V>
 __global__ void __launch_bounds__(512)
-    cross_entropy_backward_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t classes,
+    cross_entropy_backward_kernel(const T* logits, const I* __restrict__ targets, int64_t classes,
                                   int64_t ignore_index, const S* __restrict__ logsumexp,
-                                  const S* __restrict__ grad_scale, T* __restrict__ grad_logits) {
+                                  const S* __restrict__ grad_scale, T* grad_logits) {  // may be `logits`
   using C = Stat<T>;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * classes;

@@ -218,8 +218,9 @@ __device__ __forceinline__ void row_visit(const T* __restrict__ p, int64_t n, in
 }
 
 // out[j] = f(j, a[j]) for every j; `out` must share `a`'s alignment modulo 16 bytes (host-checked).
+// `out` may be `a` (an in-place map): each element is loaded by the thread that stores it, before the store.
 template <int V, class T, class U, class F>
-__device__ __forceinline__ void row_map(const T* __restrict__ a, U* __restrict__ out, int64_t n, int tid, int nthreads,
+__device__ __forceinline__ void row_map(const T* a, U* out, int64_t n, int tid, int nthreads,
                                         F&& f) {
   const int64_t head = row_head<V>(a, n);
   for (int64_t j = tid; j < head; j += nthreads) out[j] = f(j, a[j]);

@@ -20,10 +20,14 @@ namespace {
 // of all of them: a block finds its tensor by binary search over that count. Every chunk of a pack
 // goes into one launch, so a model of a few dozen tensors is one launch whatever their sizes.
 //
-// Why chunks of 16384 elements: a GPU holds about 4 blocks of 512 threads per SM (528 on an H100), so a
-// launch of B blocks runs in ceil(B / 528) waves and the last one is partly idle. The 92M-parameter MLP
-// makes ~5600 chunks of 16384 (10.7 waves: <7% idle at the end) where 65536-element chunks gave 2.7
-// waves (up to a third idle in the last).
+// Why chunks of 16384 elements: a launch of B blocks runs in ceil(B / R) waves, R the blocks resident at
+// once, and the last wave is partly idle. The vectorised Adam kernels use 40-45 registers per thread, so
+// an SM holds 2 blocks of 512 threads (R = 264 on a 132-SM H100/H200; the scalar twin kernel, at 28
+// registers, fit 4). The 92M-parameter MLP makes ~5630 chunks of 16384: ~21 waves, the partial last one
+// a few percent of the time, where packs of at most 640 blocks of 65536 elements gave 3 launches of
+// ~1.2 waves each, their second wave mostly idle. Two blocks of 512 threads, each thread loading 56 bytes per 4-element
+// step with twins, keep ~57 KB in flight per SM, above the ~25 KB per SM that HBM bandwidth
+// times latency (~4.8 TB/s x ~0.7 us over 132 SMs) asks for.
 constexpr int kMaxLists = 5;
 constexpr int kMaxTensors = 110;
 constexpr int64_t kChunk = 16384;  // elements per block; a multiple of 4 * kThreads
@@ -110,9 +114,14 @@ int64_t count_blocks(const std::vector<int64_t>& sizes) {
 }
 
 // One Adam(W) element update in float32. Both the vector and the scalar paths call this, so every
-// element gets the same operations in the same order whichever path it takes.
+// element gets the same operations in the same order whichever path it takes. kDecoupled is a template
+// parameter, not a runtime branch: a branch inside the 4-element body is if-converted into selects
+// between w and w * (1 - lr * wd), which would keep the code generator from contracting that product
+// with the final subtraction the way it may in the scalar loop, and the two paths could then round
+// differently.
+template <bool kDecoupled>
 __device__ __forceinline__ float adam_element(float w, float grad, float& m, float& v, const AdamParams& hp) {
-  if (hp.decoupled) {
+  if constexpr (kDecoupled) {
     w *= 1.f - hp.lr * hp.weight_decay;
   } else {
     grad += hp.weight_decay * w;
@@ -133,13 +142,31 @@ __device__ __forceinline__ float4 load_grad4(const __nv_bfloat16* g) {
   return make_float4(lo.x, lo.y, hi.x, hi.y);
 }
 
+// Visits this block's elements: quad(i) for each group of 4 starting at i when every pointer of the
+// tensor is aligned for 4-element accesses, then one(i) for the rest (all of them when it is not).
+// Alignment invariant: chunks start at multiples of kChunk (a multiple of 4) from the tensor's start,
+// so base + begin + 4q keeps the base pointer's 4-element alignment that the host checked.
+template <class Quad, class One>
+__device__ __forceinline__ void for_each_element(const MultiTensorArgs& args, const ChunkRange& c, Quad quad, One one) {
+  int64_t scalar_from = c.begin;
+  if (args.vector_ok[c.tensor]) {
+    const int64_t quads = (c.end - c.begin) / 4;
+    for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) quad(c.begin + 4 * q);
+    scalar_from = c.begin + 4 * quads;
+  }
+  for (int64_t i = scalar_from + threadIdx.x; i < c.end; i += blockDim.x) one(i);
+}
+
+__device__ __forceinline__ float4 load4(const float* x) { return *reinterpret_cast<const float4*>(x); }
+__device__ __forceinline__ void store4(float* x, const float4& value) { *reinterpret_cast<float4*>(x) = value; }
+
 // G: the gradient's type (float, or __nv_bfloat16 read straight from a bf16 model's gradients).
 // kTwin: also write the updated value, rounded to bf16, into list 4 (the model's compute copy), so
 // mixed precision needs neither float32 gradient copies nor a separate float32 -> bf16 pass.
-// Memory-bound (28 bytes per parameter with twins): aligned tensors move 4 elements per access so
-// enough bytes are in flight per SM to cover HBM latency; the rest, and each tensor's last < 4
-// elements, go one element at a time.
-template <class G, bool kTwin>
+// Memory-bound (28 bytes per parameter with twins): aligned tensors move 4 elements per access (16 B
+// per float list, 8 B per bf16 list) so enough bytes are in flight per SM to cover HBM latency; the
+// rest, and each tensor's last < 4 elements, go one element at a time through the same adam_element.
+template <class G, bool kTwin, bool kDecoupled>
 __global__ void __launch_bounds__(kThreads) adam_kernel(MultiTensorArgs args, AdamParams hp) {
   const ChunkRange c = chunk_of_block(args);
   float* p = static_cast<float*>(args.ptrs[0][c.tensor]);
@@ -147,69 +174,86 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(MultiTensorArgs args, Ad
   float* m = static_cast<float*>(args.ptrs[2][c.tensor]);
   float* v = static_cast<float*>(args.ptrs[3][c.tensor]);
   __nv_bfloat16* twin = kTwin ? static_cast<__nv_bfloat16*>(args.ptrs[4][c.tensor]) : nullptr;
-  int64_t scalar_from = c.begin;
-  if (args.vector_ok[c.tensor]) {
-    const int64_t quads = (c.end - c.begin) / 4;
-    for (int64_t q = threadIdx.x; q < quads; q += blockDim.x) {
-      const int64_t i = c.begin + 4 * q;
-      float4 w = *reinterpret_cast<const float4*>(p + i);
-      float4 mi = *reinterpret_cast<const float4*>(m + i);
-      float4 vi = *reinterpret_cast<const float4*>(v + i);
-      const float4 gi = load_grad4(g + i);
-      w.x = adam_element(w.x, gi.x, mi.x, vi.x, hp);
-      w.y = adam_element(w.y, gi.y, mi.y, vi.y, hp);
-      w.z = adam_element(w.z, gi.z, mi.z, vi.z, hp);
-      w.w = adam_element(w.w, gi.w, mi.w, vi.w, hp);
-      *reinterpret_cast<float4*>(p + i) = w;
-      *reinterpret_cast<float4*>(m + i) = mi;
-      *reinterpret_cast<float4*>(v + i) = vi;
-      if constexpr (kTwin) {
-        uint2 packed;
-        *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(w.x, w.y);
-        *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(w.z, w.w);
-        *reinterpret_cast<uint2*>(twin + i) = packed;
-      }
-    }
-    scalar_from = c.begin + 4 * quads;
-  }
-  for (int64_t i = scalar_from + threadIdx.x; i < c.end; i += blockDim.x) {
-    float mi = m[i], vi = v[i];
-    const float w = adam_element(p[i], static_cast<float>(g[i]), mi, vi, hp);
-    m[i] = mi;
-    v[i] = vi;
-    p[i] = w;
-    if constexpr (kTwin) twin[i] = __float2bfloat16_rn(w);
-  }
+  for_each_element(
+      args, c,
+      [&](int64_t i) {
+        float4 w = load4(p + i), mi = load4(m + i), vi = load4(v + i);
+        const float4 gi = load_grad4(g + i);
+        w.x = adam_element<kDecoupled>(w.x, gi.x, mi.x, vi.x, hp);
+        w.y = adam_element<kDecoupled>(w.y, gi.y, mi.y, vi.y, hp);
+        w.z = adam_element<kDecoupled>(w.z, gi.z, mi.z, vi.z, hp);
+        w.w = adam_element<kDecoupled>(w.w, gi.w, mi.w, vi.w, hp);
+        store4(p + i, w);
+        store4(m + i, mi);
+        store4(v + i, vi);
+        if constexpr (kTwin) {
+          uint2 packed;
+          *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(w.x, w.y);
+          *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(w.z, w.w);
+          *reinterpret_cast<uint2*>(twin + i) = packed;
+        }
+      },
+      [&](int64_t i) {
+        float mi = m[i], vi = v[i];
+        const float w = adam_element<kDecoupled>(p[i], static_cast<float>(g[i]), mi, vi, hp);
+        m[i] = mi;
+        v[i] = vi;
+        p[i] = w;
+        if constexpr (kTwin) twin[i] = __float2bfloat16_rn(w);
+      });
 }
 
-__global__ void sgd_kernel(MultiTensorArgs args, SgdParams hp, bool has_buffer) {
-  const ChunkRange c = chunk_of_block(args);
-  const int t = c.tensor;
-  const int64_t begin = c.begin, end = c.end;
-  float* p = static_cast<float*>(args.ptrs[0][t]);
-  const float* g = static_cast<const float*>(args.ptrs[1][t]);
-  float* buf = static_cast<float*>(args.ptrs[2][t]);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) {
-    float grad = g[i] + hp.weight_decay * p[i];
-    if (has_buffer) {
-      float b = hp.momentum * buf[i] + grad;
-      buf[i] = b;
-      grad = hp.nesterov ? grad + hp.momentum * b : b;
-    }
-    p[i] -= hp.lr * grad;
+// One SGD element update in float32 (both paths call it, as for Adam); `b` is the momentum buffer's
+// value, updated in place with momentum. Momentum and Nesterov are template parameters for the same
+// reason as Adam's kDecoupled: no selects inside the arithmetic.
+template <bool kMomentum, bool kNesterov>
+__device__ __forceinline__ float sgd_element(float w, float g, float& b, const SgdParams& hp) {
+  float grad = g + hp.weight_decay * w;
+  if constexpr (kMomentum) {
+    b = hp.momentum * b + grad;
+    grad = kNesterov ? grad + hp.momentum * b : b;
   }
+  return w - hp.lr * grad;
+}
+
+// 12 bytes per parameter with momentum (8 without), 4 elements per access on aligned tensors.
+template <bool kMomentum, bool kNesterov>
+__global__ void __launch_bounds__(kThreads) sgd_kernel(MultiTensorArgs args, SgdParams hp) {
+  const ChunkRange c = chunk_of_block(args);
+  float* p = static_cast<float*>(args.ptrs[0][c.tensor]);
+  const float* g = static_cast<const float*>(args.ptrs[1][c.tensor]);
+  float* buf = static_cast<float*>(args.ptrs[2][c.tensor]);  // null without momentum
+  for_each_element(
+      args, c,
+      [&](int64_t i) {
+        float4 w = load4(p + i);
+        const float4 gi = load4(g + i);
+        float4 b = kMomentum ? load4(buf + i) : make_float4(0.f, 0.f, 0.f, 0.f);
+        w.x = sgd_element<kMomentum, kNesterov>(w.x, gi.x, b.x, hp);
+        w.y = sgd_element<kMomentum, kNesterov>(w.y, gi.y, b.y, hp);
+        w.z = sgd_element<kMomentum, kNesterov>(w.z, gi.z, b.z, hp);
+        w.w = sgd_element<kMomentum, kNesterov>(w.w, gi.w, b.w, hp);
+        store4(p + i, w);
+        if constexpr (kMomentum) store4(buf + i, b);
+      },
+      [&](int64_t i) {
+        float b = kMomentum ? buf[i] : 0.f;
+        p[i] = sgd_element<kMomentum, kNesterov>(p[i], g[i], b, hp);
+        if constexpr (kMomentum) buf[i] = b;
+      });
 }
 
 // Per-block sum of squares in float32 (tree within the block, fixed order), written to
-// partials[first_block + blockIdx.x]; the partials are then summed in double by one block.
-__global__ void sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
+// partials[first_block + blockIdx.x]; the partials are then summed in double by one block. Scalar
+// loads: it runs once per step on gradients only (4 bytes per parameter), and a different per-thread
+// order would change the float32 partials.
+__global__ void __launch_bounds__(kThreads)
+    sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
   __shared__ float shared[kThreads];
   const ChunkRange c = chunk_of_block(args);
-  const int t = c.tensor;
-  const int64_t begin = c.begin, end = c.end;
-  const float* x = static_cast<const float*>(args.ptrs[0][t]);
+  const float* x = static_cast<const float*>(args.ptrs[0][c.tensor]);
   float acc = 0.f;
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) acc += x[i] * x[i];
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) acc += x[i] * x[i];
   shared[threadIdx.x] = acc;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -232,12 +276,20 @@ __global__ void reduce_partials_kernel(const double* partials, int64_t n, double
   if (threadIdx.x == 0) *out = shared[0];
 }
 
-__global__ void scale_kernel(MultiTensorArgs args, float factor) {
+__global__ void __launch_bounds__(kThreads) scale_kernel(MultiTensorArgs args, float factor) {
   const ChunkRange c = chunk_of_block(args);
-  const int t = c.tensor;
-  const int64_t begin = c.begin, end = c.end;
-  float* x = static_cast<float*>(args.ptrs[0][t]);
-  for (int64_t i = begin + threadIdx.x; i < end; i += blockDim.x) x[i] *= factor;
+  float* x = static_cast<float*>(args.ptrs[0][c.tensor]);
+  for_each_element(
+      args, c,
+      [&](int64_t i) {
+        float4 y = load4(x + i);
+        y.x *= factor;
+        y.y *= factor;
+        y.z *= factor;
+        y.w *= factor;
+        store4(x + i, y);
+      },
+      [&](int64_t i) { x[i] *= factor; });
 }
 
 template <class T>
@@ -263,7 +315,11 @@ void adam_update(const std::vector<float*>& params, const std::vector<const floa
   cudaStream_t stream = dpt::cuda::current_stream();
   multi_tensor_apply(4, {as_void(params), as_void(grads), as_void(exp_avg), as_void(exp_avg_sq)}, sizes, {4, 4, 4, 4},
                      [&](const MultiTensorArgs& args, int blocks, int) {
-                       adam_kernel<float, false><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       if (hp.decoupled) {
+                         adam_kernel<float, false, true><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       } else {
+                         adam_kernel<float, false, false><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       }
                        DPT_CUDA_CHECK(cudaGetLastError());
                      });
 }
@@ -279,7 +335,11 @@ void adam_update_bf16_twins(const std::vector<float*>& params, const std::vector
   cudaStream_t stream = dpt::cuda::current_stream();
   multi_tensor_apply(5, {as_void(params), as_void(grads_bf16), as_void(exp_avg), as_void(exp_avg_sq), twins_bf16},
                      sizes, {4, 2, 4, 4, 2}, [&](const MultiTensorArgs& args, int blocks, int) {
-                       adam_kernel<__nv_bfloat16, true><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       if (hp.decoupled) {
+                         adam_kernel<__nv_bfloat16, true, true><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       } else {
+                         adam_kernel<__nv_bfloat16, true, false><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       }
                        DPT_CUDA_CHECK(cudaGetLastError());
                      });
 }
@@ -294,7 +354,13 @@ void sgd_update(const std::vector<float*>& params, const std::vector<const float
   std::vector<void*> buffers = has_buffer ? as_void(momentum_buffers) : std::vector<void*>(sizes.size(), nullptr);
   multi_tensor_apply(3, {as_void(params), as_void(grads), buffers}, sizes, {4, 4, 4},
                      [&](const MultiTensorArgs& args, int blocks, int) {
-                       sgd_kernel<<<blocks, kThreads, 0, stream>>>(args, hp, has_buffer);
+                       if (!has_buffer) {
+                         sgd_kernel<false, false><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       } else if (hp.nesterov) {
+                         sgd_kernel<true, true><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       } else {
+                         sgd_kernel<true, false><<<blocks, kThreads, 0, stream>>>(args, hp);
+                       }
                        DPT_CUDA_CHECK(cudaGetLastError());
                      });
 }

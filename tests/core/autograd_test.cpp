@@ -70,6 +70,34 @@ TEST(Autograd, ZeroGradInPlaceKeepsTheBufferThatSetGradInstalled) {
   EXPECT_FALSE(w.grad().defined());
 }
 
+// zero_grad() defers the zeroing (AutogradMeta::grad_zero_pending): the next backward overwrites the
+// old gradient, a leaf reached by two paths gets their sum and not old + sum, and the buffer installed
+// by set_grad is the one written, with its neighbours untouched.
+TEST(Autograd, ZeroGradThenBackwardOverwritesWithoutReadingTheOldGradient) {
+  Tensor w = leaf({1, 2, 3}, {3});
+  Tensor bucket = full({5}, 7.0, kF64);
+  Tensor view = make_view(bucket, {3}, {1}, 1);
+  w.set_grad(view);
+  sum(mul(w, w)).backward();  // 7 + 2w
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 9, 11, 13, 7}));
+  w.zero_grad();
+  Tensor y = add(mul(w, 10.0), mul(w, w));  // two paths into w: 10 + 2w
+  sum(y).backward();
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 12, 14, 16, 7}));
+  EXPECT_EQ(w.grad().data_ptr(), view.data_ptr());
+  sum(mul(w, 1.0)).backward();  // no zero_grad in between: accumulates
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 13, 15, 17, 7}));
+  // Zeroed and never written: a reader sees zeros in the installed buffer.
+  w.zero_grad();
+  EXPECT_EQ(w.grad().to_vector<double>(), std::vector<double>(3, 0.0));
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 0, 0, 0, 7}));
+  // set_grad after zero_grad installs the new buffer as it is (nothing pending on it).
+  w.zero_grad();
+  Tensor fresh = from_vector(std::vector<double>{4, 5, 6}, {3}, kF64);
+  w.set_grad(fresh);
+  EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{4, 5, 6}));
+}
+
 TEST(Autograd, NonScalarBackwardNeedsAGradient) {
   Tensor x = leaf({1, 2}, {2});
   Tensor y = mul(x, 3.0);

@@ -10,6 +10,7 @@
 #include "core/cuda_runtime.h"
 #include "distributed/grad_bucket.h"
 #include "core/factory.h"
+#include "worker_command.h"
 
 namespace {
 
@@ -20,8 +21,8 @@ struct RunResult {
 
 RunResult launch(int nproc, const std::string& args) {
   const std::string bin = std::string(DPT_BINARY_DIR) + "/bin/";
-  std::string cmd = bin + "dpt-run --standalone --nproc-per-node " + std::to_string(nproc) + " -- " + bin +
-                    "dpt_test_ddp_parity " + args + " 2>&1";
+  std::string cmd = bin + "dpt-run --standalone --nproc-per-node " + std::to_string(nproc) + " -- " +
+                    worker_command(bin + "dpt_test_ddp_parity") + " " + args + " 2>&1";
   RunResult r{-1, ""};
   std::FILE* pipe = popen(cmd.c_str(), "r");
   if (!pipe) return r;

@@ -14,11 +14,12 @@
 #include <string>
 
 #include "core/cuda_runtime.h"
+#include "worker_command.h"
 
 namespace {
 
 const std::string kRun = DPT_BINARY_DIR "/bin/dpt-run";
-const std::string kWorker = DPT_BINARY_DIR "/bin/dpt_test_collectives_worker";
+const std::string kWorker = worker_command(DPT_BINARY_DIR "/bin/dpt_test_collectives_worker");
 
 struct RunResult {
   int exit_code = -1;

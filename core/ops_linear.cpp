@@ -1,0 +1,369 @@
+// linear(x, W, b, act) = act(x W^T + b), with pre = x W^T + b and, for the M rows of x flattened:
+//   dpre = dy * act'(pre)     dx = dpre W     dW = dpre^T x     db = sum over rows of dpre.
+//
+// CPU, float64, float16, DPT_LINEAR_FUSED=0, or operands cuBLASLt cannot take (row lengths that are
+// not a multiple of 16 bytes, unaligned views): the composition matmul -> add -> gelu/relu, the very
+// ops the layers used before, so those results are bit-identical to composing them.
+//
+// CUDA, float32 and bfloat16 (core/cuda/gemm_lt.h):
+//   forward   one GEMM whose epilogue adds the bias and applies the activation, keeping for backward
+//             the pre-activation (GELU) or a bit mask (ReLU) — no separate bias-add or activation pass.
+//             Exception: GELU in float32 takes the bias epilogue and then core's GELU kernel, because
+//             cuBLASLt evaluates the same tanh formula with its own float32 arithmetic, and float32 is
+//             the precision the CPU parity tests hold at 1e-5; in bfloat16 the rounding of the result
+//             dwarfs that difference and the epilogues (GELU_AUX_BIAS, DGELU_BGRAD) are used;
+//   backward  dpre in one elementwise pass (none for act = None), then dW through a GEMM whose BGRADB
+//             epilogue also produces db (no separate column sum), and dx = dpre W.
+// A linear whose input is the direct output of a fused linear with an activation (the transformer
+// MLP's proj(gelu(fc(x))), an MLP's Linear after Linear+ReLU) goes one step further, as llm.c and
+// Transformer Engine do: its backward produces the *producer's* dpre directly from the GEMM that forms
+// dh = dy W2, with the DGELU/DRELU_BGRAD epilogue reading the producer's saved aux and emitting the
+// producer's bias gradient as well. In autograd terms the consumer's node "absorbs" the producer: its
+// edges go to the producer's inputs (x1, W1, b1) instead of to h, and its backward returns their
+// gradients. If h has other uses, they still reach the producer's own node, which then adds their
+// contribution — gradients are linear in the paths, so the sum is exact. Absorption is one level deep:
+// an op that absorbed its producer is not itself absorbable (a chain L1 -> L2 -> L3 fuses L1 into L2).
+// Which activations are absorbed is a measured choice (linear_absorbs, core/ops.h): ReLU by default;
+// GELU only on request, because cuBLASLt runs its DGELU_BGRAD as a slow separate pass on Hopper.
+#include <atomic>
+#include <cstdlib>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/op_helpers.h"
+#include "core/ops.h"
+
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/gemm_lt.h"
+#endif
+
+namespace dpt {
+
+namespace {
+
+std::atomic<int> g_fused_override{-1};  // -1: the environment decides
+
+// -1: the environment decides (DPT_LINEAR_ABSORB=none|relu|all, default relu); else a LinearAbsorb.
+std::atomic<int> g_absorb_override{-1};
+
+LinearAbsorb absorb_from_environment() {
+  static const LinearAbsorb level = [] {
+    const char* v = std::getenv("DPT_LINEAR_ABSORB");
+    const std::string s = v ? v : "relu";
+    return s == "none" ? LinearAbsorb::None : s == "all" ? LinearAbsorb::All : LinearAbsorb::Relu;
+  }();
+  return level;
+}
+
+bool fused_from_environment() {
+  static const bool on = [] {
+    const char* v = std::getenv("DPT_LINEAR_FUSED");
+    return !(v && std::string(v) == "0");
+  }();
+  return on;
+}
+
+Tensor activate(const Tensor& y, Activation act) {
+  switch (act) {
+    case Activation::None:
+      return y;
+    case Activation::Gelu:
+      return gelu(y);
+    case Activation::Relu:
+      return relu(y);
+  }
+  DPT_FAIL("linear: unknown activation {}", static_cast<int>(act));
+}
+
+// Exactly what nn::Linear and the activation modules did before this op existed.
+Tensor linear_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  Tensor in = x.dim() == 1 ? x.reshape({1, x.size(0)}) : x;
+  Tensor y = matmul(in, weight, false, true);
+  if (bias.defined()) y = y + bias;
+  y = activate(y, act);
+  return x.dim() == 1 ? y.reshape({weight.size(0)}) : y;
+}
+
+#ifdef DPT_HAVE_CUDA
+namespace ck = cuda_kernels;
+
+// What a fused forward keeps for backward. All detached; x is the [m, k] contiguous input.
+struct FusedSaved {
+  Tensor x, weight, bias;
+  Tensor aux;  // GELU: pre-activation [m, n]; ReLU: bit mask (DRELU reads it); None: undefined
+  Tensor out;  // ReLU only: the [m, n] output its elementwise backward reads. Other activations keep
+               // no reference to it, so a big output (a language-model head's logits) is freed as
+               // soon as its consumers are done with it instead of living until this op's backward.
+  TensorOptions options;  // dtype and device of out and of the gradients
+  Activation act = Activation::None;
+  int64_t m = 0, n = 0, k = 0;
+};
+
+// A fused linear with an activation that a following linear may absorb (see the top). Owned by the
+// producer's backward closure (and by an absorbing consumer's); the registry maps the producer's
+// autograd node to it so the consumer can find it from its input's grad_fn.
+struct Absorbable;
+std::mutex g_registry_mutex;
+std::unordered_map<const Node*, std::weak_ptr<Absorbable>> g_registry;
+
+struct Absorbable {
+  std::shared_ptr<const FusedSaved> saved;
+  Tensor x, weight, bias;  // the producer's inputs as given, with their autograd identity (edges)
+  std::weak_ptr<Node> node;
+  const Node* key = nullptr;
+  ~Absorbable() {
+    if (!key) return;
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    auto it = g_registry.find(key);
+    if (it != g_registry.end() && it->second.expired()) g_registry.erase(it);
+  }
+};
+
+std::shared_ptr<Absorbable> find_absorbable(const Tensor& h) {
+  std::shared_ptr<Node> fn = h.grad_fn();
+  if (!fn) return nullptr;
+  std::weak_ptr<Absorbable> entry;
+  {
+    std::lock_guard<std::mutex> lock(g_registry_mutex);
+    auto it = g_registry.find(fn.get());
+    if (it == g_registry.end()) return nullptr;
+    entry = it->second;
+  }
+  // Locked outside the mutex: if this turns out to be the last owner, its destructor takes the mutex.
+  std::shared_ptr<Absorbable> p = entry.lock();
+  // The node must be the very one registered (a dead producer's address may have been reused).
+  if (!p || p->node.lock() != fn) return nullptr;
+  return p;
+}
+
+bool is_fusable_dtype(DType d) { return d == DType::Float32 || d == DType::BFloat16; }
+
+Tensor rows_view(const Tensor& t, int64_t m, int64_t n) { return detail::contiguous_data(t).reshape({m, n}); }
+
+// dpre = dy * act'(pre), one pass; dy itself for act = None.
+Tensor pre_activation_grad(const FusedSaved& s, const Tensor& grad_out) {
+  if (s.act == Activation::None) return grad_out;
+  Tensor g = Tensor::empty({s.m, s.n}, s.options);
+  if (s.act == Activation::Gelu) {
+    ck::activation_backward(grad_out, s.aux, g, ck::LtActivation::Gelu);
+  } else {
+    ck::activation_backward(grad_out, s.out, g, ck::LtActivation::Relu);
+  }
+  return g;
+}
+
+// dW = dpre^T x and db = column sums of dpre, in one GEMM when cuBLASLt takes it (BGRADB), else a
+// plain GEMM and a sum.
+void param_grads(const FusedSaved& s, const Tensor& gpre, bool need_w, bool need_b, Tensor* gw, Tensor* gb) {
+  need_b = need_b && s.bias.defined();
+  if (need_w) {
+    Tensor w = Tensor::empty({s.n, s.k}, s.weight.options());
+    ck::LtGemmArgs args;
+    args.m = s.n;
+    args.n = s.k;
+    args.k = s.m;
+    args.transpose_a = true;
+    if (need_b) {
+      args.epilogue = ck::LtEpilogue::BiasGradOfA;
+      args.bias = Tensor::empty({s.n}, s.bias.options());
+    }
+    if (ck::gemm_lt_supported(gpre, s.x, w, args) && ck::gemm_lt(gpre, s.x, w, args)) {
+      *gw = w;
+      if (need_b) *gb = args.bias;
+      return;
+    }
+    *gw = matmul(gpre, s.x, true, false);
+  }
+  if (need_b) *gb = sum(gpre, 0);
+}
+
+// The producer's dpre (and db) straight from dh = grad_pre2 W2, with DGELU/DRELU(_BGRAD) reading the
+// producer's aux; falls back to the GEMM and the elementwise pass. `gb` is filled when need_b.
+Tensor absorbed_pre_grad(const FusedSaved& p, const Tensor& grad_pre2, const Tensor& w2, bool need_b, Tensor* gb) {
+  need_b = need_b && p.bias.defined();
+  Tensor gpre = Tensor::empty({p.m, p.n}, p.options);
+  ck::LtGemmArgs args;
+  args.m = p.m;
+  args.n = p.n;
+  args.k = w2.size(0);
+  args.epilogue = p.act == Activation::Gelu ? ck::LtEpilogue::DGelu : ck::LtEpilogue::DRelu;
+  args.aux = p.aux;
+  if (need_b) args.bias = Tensor::empty({p.n}, p.bias.options());
+  if (ck::gemm_lt_supported(grad_pre2, w2, gpre, args) && ck::gemm_lt(grad_pre2, w2, gpre, args)) {
+    if (need_b) *gb = args.bias;
+    return gpre;
+  }
+  gpre = pre_activation_grad(p, matmul(grad_pre2, w2));
+  if (need_b) *gb = sum(gpre, 0);
+  return gpre;
+}
+
+// The fused forward, or an undefined tensor when it cannot run (the caller composes instead).
+Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  const DType dt = x.dtype();
+  if (!is_fusable_dtype(dt) || weight.dtype() != dt || weight.device() != x.device() || !weight.is_contiguous())
+    return {};
+  if (bias.defined() && (bias.dtype() != dt || bias.device() != x.device() || !bias.is_contiguous())) return {};
+  const int64_t k = weight.size(1), n = weight.size(0);
+  const int64_t m = x.numel() / k;
+  if (m == 0) return {};
+
+  auto saved = std::make_shared<FusedSaved>();
+  saved->x = rows_view(x.detach(), m, k);
+  saved->weight = weight.detach();
+  if (bias.defined()) saved->bias = bias.detach();
+  saved->act = act;
+  saved->m = m;
+  saved->n = n;
+  saved->k = k;
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(n);
+  Tensor out = detail::empty_as(x, out_shape);
+  saved->options = out.options();
+  const Tensor out2d = out.detach().reshape({m, n});
+  if (act == Activation::Relu) saved->out = out2d;
+
+  ck::LtGemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.transpose_b = true;
+  args.bias = saved->bias;
+  // float32 GELU: the GEMM writes pre (+ bias) into the aux buffer and core's GELU kernel follows (see
+  // the top: float32 keeps core's GELU arithmetic). Without a backward to come (inference, frozen
+  // layers) the epilogue keeps no aux.
+  const bool gelu_after = act == Activation::Gelu && dt == DType::Float32;
+  const bool backward =
+      grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
+  if (act == Activation::Gelu) {
+    if (gelu_after || backward) saved->aux = Tensor::empty({m, n}, out.options());
+    args.epilogue = gelu_after ? (bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None)
+                    : backward ? ck::LtEpilogue::GeluAux
+                               : ck::LtEpilogue::Gelu;
+  } else if (act == Activation::Relu) {
+    args.epilogue = backward ? ck::LtEpilogue::ReluAux : ck::LtEpilogue::Relu;
+    if (backward) saved->aux = Tensor::empty({ck::relu_mask_words(m, n)}, out.options().with_dtype(DType::Int32));
+  } else {
+    args.epilogue = bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None;
+  }
+  if (gelu_after) {
+    if (!ck::gemm_lt_supported(saved->x, saved->weight, saved->aux, args)) return {};
+    if (!ck::gemm_lt(saved->x, saved->weight, saved->aux, args)) return {};
+    kernels::unary(kernels::UnaryOp::Gelu, saved->aux, out2d);
+  } else {
+    args.aux = saved->aux;
+    if (!ck::gemm_lt_supported(saved->x, saved->weight, out2d, args)) return {};
+    if (!ck::gemm_lt(saved->x, saved->weight, out2d, args)) return {};
+  }
+
+  if (!backward) return out;
+  const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
+  const bool need_b = bias.defined() && bias.requires_grad();
+  const Shape x_shape = x.shape();
+  std::shared_ptr<Absorbable> producer = need_x ? find_absorbable(x) : nullptr;
+  if (producer && (producer->saved->options.dtype != dt || producer->saved->options.device != x.device() ||
+                   producer->saved->n != k || producer->saved->m != m))
+    producer = nullptr;
+
+  if (producer) {
+    const Tensor& x1 = producer->x;
+    const Tensor& w1 = producer->weight;
+    const Tensor& b1 = producer->bias;
+    const bool need_x1 = x1.requires_grad(), need_w1 = w1.requires_grad();
+    const bool need_b1 = b1.defined() && b1.requires_grad();
+    record_op("LinearPairBackward", {x1, w1, b1, weight, bias}, {out},
+              [saved, producer, need_x1, need_w1, need_b1, need_w, need_b](const std::vector<Tensor>& grads) {
+                const FusedSaved& s = *saved;
+                const FusedSaved& p = *producer->saved;
+                Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
+                Tensor gpre2 = pre_activation_grad(s, g);
+                Tensor gw2, gb2, gx1, gw1, gb1;
+                param_grads(s, gpre2, need_w, need_b, &gw2, &gb2);
+                if (need_x1 || need_w1 || need_b1) {
+                  Tensor gpre1 = absorbed_pre_grad(p, gpre2, s.weight, need_b1, &gb1);
+                  param_grads(p, gpre1, need_w1, false, &gw1, nullptr);
+                  if (need_x1) gx1 = matmul(gpre1, p.weight).reshape(producer->x.shape());
+                }
+                return std::vector<Tensor>{gx1, gw1, gb1, gw2, gb2};
+              });
+    return out;  // an op that absorbed its producer is not absorbable itself
+  }
+
+  // Absorbable when the consumer's epilogue would compute this activation's derivative and that is
+  // chosen (linear_absorbs): ReLU, and GELU in bfloat16 (in float32 the elementwise pass keeps core's
+  // GELU arithmetic).
+  std::shared_ptr<Absorbable> self;
+  if (linear_absorbs(act) && !gelu_after) {
+    self = std::make_shared<Absorbable>();
+    self->saved = saved;
+    self->x = x;
+    self->weight = weight;
+    self->bias = bias;
+  }
+  record_op("LinearBackward", {x, weight, bias}, {out},
+            [saved, self, x_shape, need_x, need_w, need_b](const std::vector<Tensor>& grads) {
+              const FusedSaved& s = *saved;
+              Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
+              Tensor gpre = pre_activation_grad(s, g);
+              Tensor gx, gw, gb;
+              param_grads(s, gpre, need_w, need_b, &gw, &gb);
+              if (need_x) gx = matmul(gpre, s.weight).reshape(x_shape);
+              return std::vector<Tensor>{gx, gw, gb};
+            });
+  if (self) {
+    if (std::shared_ptr<Node> node = out.grad_fn()) {
+      self->node = node;
+      self->key = node.get();
+      std::lock_guard<std::mutex> lock(g_registry_mutex);
+      g_registry[self->key] = self;
+    }
+  }
+  return out;
+}
+#endif
+
+}  // namespace
+
+void set_linear_fused(bool enabled) { g_fused_override.store(enabled ? 1 : 0, std::memory_order_relaxed); }
+
+void set_linear_absorb(LinearAbsorb level) { g_absorb_override.store(static_cast<int>(level)); }
+
+LinearAbsorb linear_absorb() {
+  const int o = g_absorb_override.load(std::memory_order_relaxed);
+  return o < 0 ? absorb_from_environment() : static_cast<LinearAbsorb>(o);
+}
+
+bool linear_absorbs(Activation act) {
+  const LinearAbsorb level = linear_absorb();
+  if (act == Activation::Relu) return level != LinearAbsorb::None;
+  return act == Activation::Gelu && level == LinearAbsorb::All;
+}
+
+bool linear_fused() {
+  const int o = g_fused_override.load(std::memory_order_relaxed);
+  return o < 0 ? fused_from_environment() : o == 1;
+}
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  DPT_CHECK(x.defined() && weight.defined(), "linear: undefined input or weight");
+  DPT_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
+            "linear: expected input [..., {}] for weight {}, found {}", weight.dim() == 2 ? weight.size(1) : -1,
+            shape_str(weight.shape()), shape_str(x.shape()));
+  DPT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
+            "linear: expected bias [{}] for weight {}, found {}", weight.size(0), shape_str(weight.shape()),
+            shape_str(bias.shape()));
+#ifdef DPT_HAVE_CUDA
+  if (x.device().is_cuda() && linear_fused()) {
+    Tensor y = linear_cuda(x, weight, bias, act);
+    if (y.defined()) return y;
+  }
+#endif
+  return linear_composed(x, weight, bias, act);
+}
+
+}  // namespace dpt
