@@ -12,8 +12,10 @@
 //             cuBLASLt evaluates the same tanh formula with its own float32 arithmetic, and float32 is
 //             the precision the CPU parity tests hold at 1e-5; in bfloat16 the rounding of the result
 //             dwarfs that difference and the epilogues (GELU_AUX_BIAS, DGELU_BGRAD) are used;
-//   backward  dpre in one elementwise pass (none for act = None), then dW through a GEMM whose BGRADB
-//             epilogue also produces db (no separate column sum), and dx = dpre W.
+//   backward  dpre in one elementwise pass (none for act = None), then dW through a GEMM and dx = dpre W.
+//             db comes from the elementwise pass when there is one (bfloat16: it sums the columns as it
+//             writes dpre), else from the dW GEMM's BGRADB epilogue, which cuBLASLt runs as a separate
+//             kernel re-reading dpre.
 // A linear whose input is the direct output of a fused linear with an activation (the transformer
 // MLP's proj(gelu(fc(x))), an MLP's Linear after Linear+ReLU) goes one step further, as llm.c and
 // Transformer Engine do: its backward produces the *producer's* dpre directly from the GEMM that forms
@@ -145,15 +147,23 @@ bool is_fusable_dtype(DType d) { return d == DType::Float32 || d == DType::BFloa
 
 Tensor rows_view(const Tensor& t, int64_t m, int64_t n) { return detail::contiguous_data(t).reshape({m, n}); }
 
-// dpre = dy * act'(pre), one pass; dy itself for act = None.
-Tensor pre_activation_grad(const FusedSaved& s, const Tensor& grad_out) {
+// dpre = dy * act'(pre), one pass; dy itself for act = None. Given `gb`, that pass also forms the bias
+// gradient when its kernel takes the case (*gb then defined): dW's GEMM needs no BGRADB epilogue, which
+// cuBLASLt runs as a second pass over dpre.
+Tensor pre_activation_grad(const FusedSaved& s, const Tensor& grad_out, Tensor* gb = nullptr) {
   if (s.act == Activation::None) return grad_out;
   Tensor g = Tensor::empty({s.m, s.n}, s.options);
-  if (s.act == Activation::Gelu) {
-    ck::activation_backward(grad_out, s.aux, g, ck::LtActivation::Gelu);
-  } else {
-    ck::activation_backward(grad_out, s.out, g, ck::LtActivation::Relu);
+  const bool gelu = s.act == Activation::Gelu;
+  const Tensor& saved = gelu ? s.aux : s.out;
+  const ck::LtActivation act = gelu ? ck::LtActivation::Gelu : ck::LtActivation::Relu;
+  if (gb) {
+    Tensor b = Tensor::empty({s.n}, s.bias.options());
+    if (ck::activation_backward_bias(grad_out, saved, g, b, act)) {
+      *gb = b;
+      return g;
+    }
   }
+  ck::activation_backward(grad_out, saved, g, act);
   return g;
 }
 
@@ -309,9 +319,9 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
             [saved, self, x_shape, need_x, need_w, need_b](const std::vector<Tensor>& grads) {
               const FusedSaved& s = *saved;
               Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
-              Tensor gpre = pre_activation_grad(s, g);
               Tensor gx, gw, gb;
-              param_grads(s, gpre, need_w, need_b, &gw, &gb);
+              Tensor gpre = pre_activation_grad(s, g, need_b && s.bias.defined() ? &gb : nullptr);
+              param_grads(s, gpre, need_w, need_b && !gb.defined(), &gw, &gb);
               if (need_x) gx = matmul(gpre, s.weight).reshape(x_shape);
               return std::vector<Tensor>{gx, gw, gb};
             });

@@ -61,5 +61,10 @@ std::string gemm_lt_last_refusal();
 // where p > 0, so no bit-mask layout needs to be known). All [numel] contiguous, one dtype.
 enum class LtActivation { Gelu, Relu };
 void activation_backward(const Tensor& grad_out, const Tensor& saved, const Tensor& grad_pre, LtActivation act);
+// The same for bfloat16 [m, n] (n a multiple of 8, 16-byte aligned), and in the same pass the bias
+// gradient bias_grad[n] = column sums of the rounded grad_pre (float32 sums, deterministic). Returns
+// false, doing nothing, for anything else.
+bool activation_backward_bias(const Tensor& grad_out, const Tensor& saved, const Tensor& grad_pre,
+                              const Tensor& bias_grad, LtActivation act);
 
 }  // namespace dpt::cuda_kernels

@@ -525,5 +525,53 @@ TEST_F(CudaLinearOp, CublasLtTakesEveryAlignedBfloat16Case) {
 #endif
 }
 
+#ifdef DPT_HAVE_CUDA
+// max |a - b| / (floor + |b|) over the elements, both read on the host in float64.
+double largest_difference(const Tensor& a, const Tensor& b, double floor) {
+  const Tensor x = a.to(Device::cpu()).to(DType::Float64).contiguous();
+  const Tensor y = b.to(Device::cpu()).to(DType::Float64).contiguous();
+  double worst = 0;
+  for (int64_t i = 0; i < x.numel(); ++i) {
+    const double d = std::abs(x.data<double>()[i] - y.data<double>()[i]);
+    worst = std::max(worst, floor == 0 ? d : d / (floor + std::abs(y.data<double>()[i])));
+  }
+  return worst;
+}
+#endif
+
+// The elementwise backward that also sums the bias gradient (bfloat16): dpre bit-identical to the plain
+// pass, db the column sums of that rounded dpre (float64 here, float32 chunks there) within bf16
+// rounding. Shapes: GPT-2's MLP width, rows not a multiple of the row lanes or chunks, one row; and
+// the cases the kernel must refuse (n not a multiple of 8, float32).
+TEST_F(CudaLinearOp, ActivationBackwardSumsTheBiasGradientInTheSamePass) {
+#ifdef DPT_HAVE_CUDA
+  namespace ck = cuda_kernels;
+  const Device gpu = Device::cuda(0);
+  for (ck::LtActivation act : {ck::LtActivation::Gelu, ck::LtActivation::Relu}) {
+    for (auto [m, n] : std::vector<std::pair<int64_t, int64_t>>{{1000, 3072}, {33, 24}, {1, 8}, {4099, 520}}) {
+      SCOPED_TRACE(std::string(act == ck::LtActivation::Gelu ? "gelu " : "relu ") + std::to_string(m) + "x" +
+                   std::to_string(n));
+      Tensor g = normal({m, n}).to(DType::BFloat16).to(gpu);
+      Tensor saved = normal({m, n}).to(DType::BFloat16).to(gpu);
+      if (act == ck::LtActivation::Relu) saved = relu(saved);  // ReLU's backward reads the output
+      Tensor plain = Tensor::empty({m, n}, g.options()), fused = Tensor::empty({m, n}, g.options());
+      Tensor db = Tensor::empty({n}, g.options());
+      ck::activation_backward(g, saved, plain, act);
+      ASSERT_TRUE(ck::activation_backward_bias(g, saved, fused, db, act));
+      EXPECT_EQ(largest_difference(fused, plain, 0.0), 0.0) << "dpre";
+      const Tensor truth = sum(plain.to(Device::cpu()).to(DType::Float64), 0);
+      EXPECT_LE(largest_difference(db, truth, 1.0), 1.0 / 128) << "bias gradient";
+    }
+  }
+  Tensor odd = normal({4, 12}).to(DType::BFloat16).to(gpu);
+  Tensor b12 = Tensor::empty({12}, odd.options());
+  EXPECT_FALSE(ck::activation_backward_bias(odd, odd, Tensor::empty({4, 12}, odd.options()), b12,
+                                            ck::LtActivation::Gelu));
+  Tensor f32 = normal({4, 16}).to(gpu);
+  EXPECT_FALSE(ck::activation_backward_bias(f32, f32, Tensor::empty({4, 16}, f32.options()),
+                                            Tensor::empty({16}, f32.options()), ck::LtActivation::Gelu));
+#endif
+}
+
 }  // namespace
 }  // namespace dpt
