@@ -1,9 +1,16 @@
 #pragma once
-// Kernels behind dpt::causal_attention (core/ops_flash_attention.h), one set per backend. q, k, v, out,
-// grad_out, grad_q, grad_k, grad_v: contiguous [bh, t, d] in one dtype; lse: contiguous [bh, t] in
-// float32 (float64 for float64 input), natural-log units. The backward overwrites grad_q/k/v.
+// Kernels behind dpt::causal_attention and dpt::causal_attention_qkv (core/ops_flash_attention.h), one set
+// per backend. lse: contiguous [bh, t] in float32 (float64 for float64 input), natural-log units. The
+// backward overwrites grad_q/k/v.
+//   flash_attention_forward/backward: q, k, v, out, grad_out, grad_q, grad_k, grad_v contiguous [bh, t, d]
+//   in one dtype.
+//   flash_attention_*_strided: each of those tensors is a buffer holding its [bh, t, d] operand where
+//   `layouts` says (core/attention_layout.h; a gradient has its operand's layout), e.g. q, k and v all
+//   the one packed [B, T, 3C] tensor. The CPU runs every floating dtype; CUDA runs only the cases
+//   flash_attention_strided_supported accepts.
 #include <cstdint>
 
+#include "core/attention_layout.h"
 #include "core/tensor.h"
 
 #define DPT_FLASH_ATTENTION_KERNELS                                                                                    \
@@ -11,12 +18,26 @@
                                const Tensor& lse, int64_t bh, int64_t t, int64_t d, double scale);                     \
   void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,                  \
                                 const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k, \
-                                const Tensor& grad_v, int64_t bh, int64_t t, int64_t d, double scale);
+                                const Tensor& grad_v, int64_t bh, int64_t t, int64_t d, double scale);                 \
+  void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,           \
+                                       const Tensor& lse, const AttentionLayouts& layouts, int64_t bh, int64_t t,      \
+                                       int64_t d, double scale);                                                       \
+  void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,          \
+                                        const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,               \
+                                        const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& layouts,   \
+                                        int64_t bh, int64_t t, int64_t d, double scale);
 
 namespace dpt::cpu {
 DPT_FLASH_ATTENTION_KERNELS
 }
 namespace dpt::cuda_kernels {
 DPT_FLASH_ATTENTION_KERNELS
-}
+
+// True when the CUDA strided kernels can run a call with these q, k, v and out buffers: bfloat16, the
+// mma.sync kernels selected for bfloat16 (DPT_FLASH_IMPL unset or mma), a head size they are built for, a
+// positive scale, and every operand row starting 16-byte aligned (the tile loads are 16-byte cp.async
+// vectors). The gradients of a backward must then be aligned too; fresh allocations always are.
+bool flash_attention_strided_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                       const AttentionLayouts& layouts, int64_t d, double scale);
+}  // namespace dpt::cuda_kernels
 #undef DPT_FLASH_ATTENTION_KERNELS

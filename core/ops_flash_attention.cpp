@@ -1,5 +1,8 @@
 #include "core/ops_flash_attention.h"
 
+#include <cstdint>
+#include <vector>
+
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/flash_attention_kernels.h"
@@ -46,6 +49,59 @@ Tensor causal_attention(const Tensor& q_in, const Tensor& k_in, const Tensor& v_
               DPT_KERNEL_DISPATCH(q.device(), flash_attention_backward, q, k, v, out, gout, lse, gq, gk, gv, bh, t, d,
                                   scale);
               return std::vector<Tensor>{gq, gk, gv};
+            });
+  return out;
+}
+
+namespace {
+
+// causal_attention_qkv as the composition it replaces (and what layers/attention.cpp did before it):
+// split, heads [B, T, C] -> [B, H, T, D], causal_attention, heads merged back to [B, T, C].
+Tensor composed_attention_qkv(const Tensor& qkv, int64_t n_head, double scale) {
+  const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, d = c / n_head;
+  std::vector<Tensor> parts = split(qkv, {c, c, c}, 2);
+  auto heads = [&](const Tensor& p) { return p.reshape({b, t, n_head, d}).permute({0, 2, 1, 3}); };
+  Tensor y = causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), scale);
+  return y.permute({0, 2, 1, 3}).reshape({b, t, c});
+}
+
+}  // namespace
+
+Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) {
+  DPT_CHECK(n_head > 0, "causal_attention_qkv: expected a positive head count, found {}", n_head);
+  DPT_CHECK(qkv_in.dim() == 3 && qkv_in.size(2) % (3 * n_head) == 0,
+            "causal_attention_qkv: expected qkv [B, T, 3C] with C a multiple of n_head = {}, found {}", n_head,
+            shape_str(qkv_in.shape()));
+  DPT_CHECK(is_floating(qkv_in.dtype()), "causal_attention_qkv: expected a floating dtype, found {}",
+            dtype_name(qkv_in.dtype()));
+  const int64_t b = qkv_in.size(0), t = qkv_in.size(1), c = qkv_in.size(2) / 3, d = c / n_head, bh = b * n_head;
+  Tensor qkv = qkv_in.contiguous();
+  // q, k, v are read in place from the packed tensor; out is [B, T, C] with the heads merged.
+  const AttentionLayouts layouts = AttentionLayouts::packed_qkv(n_head, t, d);
+  Tensor out = Tensor::empty({b, t, c}, qkv.options());
+  if (qkv.device().is_cuda()) {
+#ifdef DPT_HAVE_CUDA
+    const bool strided = cuda_kernels::flash_attention_strided_supported(qkv, qkv, qkv, out, layouts, d, scale);
+#else
+    const bool strided = false;
+#endif
+    if (!strided) return composed_attention_qkv(qkv_in, n_head, scale);
+  }
+  DType lse_dtype = qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
+  Tensor lse = Tensor::empty({b, n_head, t}, qkv.options().with_dtype(lse_dtype));
+  DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_forward_strided, qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale);
+  record_op("CausalAttentionQkvBackward", {qkv_in}, {out},
+            [qkv = qkv.detach(), out = out.detach(), lse, layouts, bh, t, d, scale](const std::vector<Tensor>& g) {
+              // grad_out has out's layout ([B, T, C] contiguous); the gradient is one packed [B, T, 3C]
+              // tensor whose q, k and v columns the kernels write directly.
+              Tensor gout = g[0].contiguous();
+              // The CUDA kernels read grad_out rows as 16-byte vectors: a view starting off a 16-byte
+              // boundary (never a fresh gradient) is copied.
+              if (reinterpret_cast<uintptr_t>(gout.data_ptr()) % 16 != 0) gout = gout.clone();
+              Tensor grad = Tensor::empty(qkv.shape(), qkv.options());
+              DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_backward_strided, qkv, qkv, qkv, out, gout, lse, grad,
+                                  grad, grad, layouts, bh, t, d, scale);
+              return std::vector<Tensor>{grad};
             });
   return out;
 }

@@ -12,11 +12,25 @@
 // (SIMT kernels, float32 arithmetic) with D in {32, 64, 128}; any
 // other CUDA case (float64, another head size) takes the composed path matmul -> causal_softmax ->
 // matmul, which is mathematically the same op.
+//
+// causal_attention_qkv is the same op on a packed QKV projection, as a transformer layer produces it:
+// qkv [B, T, 3C] (C = n_head D; q of head h at columns h D.., k at C + h D.., v at 2C + h D..) ->
+// out [B, T, C] (head h at columns h D..), the heads already merged for the output projection. It
+// equals splitting qkv into three [B, T, C] parts, viewing each as [B, H, T, D] and calling
+// causal_attention, then merging the heads; the kernels read q, k, v in place and write out and the
+// [B, T, 3C] gradient directly (core/attention_layout.h), so none of the layout copies of that
+// composition (three inputs, the output, grad_out, three gradients and their concat) are made.
+// CPU: the reference, through the same layouts (every floating dtype). CUDA: the mma.sync kernels for
+// bfloat16 with D in {32, 64, 128}, 16-byte aligned rows (C a multiple of 8) and DPT_FLASH_IMPL unset
+// or mma; every other CUDA case runs the composition above, so its results are those of causal_attention.
 #include "core/tensor.h"
 
 namespace dpt {
 
 Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale);
+
+// qkv [B, T, 3C] with C a multiple of n_head -> [B, T, C]; see above.
+Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale);
 
 // True when causal_attention runs the fused CUDA kernels for this dtype and head size.
 bool fused_causal_attention_supported(DType dtype, int64_t head_dim);

@@ -38,25 +38,26 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
   DPT_CHECK(x.dim() == 3 && x.size(2) == n_embd_, "CausalSelfAttention: expected input [B, T, {}], found {}", n_embd_,
             shape_str(x.shape()));
   const int64_t b = x.size(0), t = x.size(1), h = n_head_, d = n_embd_ / n_head_;
-  // 1. One projection for q, k and v, then split heads: [B, T, C] -> [B, H, T, D].
-  std::vector<Tensor> parts = split(qkv->forward(x), {n_embd_, n_embd_, n_embd_}, 2);
-  auto heads = [&](const Tensor& p) { return p.reshape({b, t, h, d}).permute({0, 2, 1, 3}); };
-  Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
   const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-  Tensor att_v;
+  // 1. One projection for q, k and v: [B, T, C] -> [B, T, 3C].
+  Tensor qkv_out = qkv->forward(x);
+  Tensor y;
   if (x.device().is_cuda() && !naive_attention_requested() && !(is_training() && dropout_ > 0)) {
-    // 2+3. Fused flash attention (core/ops_flash_attention.h): no [B, H, T, T] scores in memory. Dropout
+    // 2+3. Fused flash attention on the packed projection (core/ops_flash_attention.h): no [B, H, T, T]
+    // scores in memory, and q, k, v read and the heads merged in place, [B, T, 3C] -> [B, T, C]. Dropout
     // on the attention weights needs those weights, so training with attention dropout stays composed.
-    att_v = causal_attention(q, k, v, scale);
+    y = causal_attention_qkv(qkv_out, n_head_, scale);
   } else {
+    // Split heads: [B, T, C] -> [B, H, T, D].
+    std::vector<Tensor> parts = split(qkv_out, {n_embd_, n_embd_, n_embd_}, 2);
+    auto heads = [&](const Tensor& p) { return p.reshape({b, t, h, d}).permute({0, 2, 1, 3}); };
+    Tensor q = heads(parts[0]), k = heads(parts[1]), v = heads(parts[2]);
     // 2. Scores [B, H, T, T] and the fused scale + causal mask + softmax (core/ops_attention.h).
     Tensor att = causal_softmax(matmul(q, k, false, true), scale);
     att = dropout(att, dropout_, is_training(), *gen_);
-    // 3. Weighted values.
-    att_v = matmul(att, v);
+    // 3. Weighted values, heads merged back: [B, H, T, D] -> [B, T, C].
+    y = matmul(att, v).permute({0, 2, 1, 3}).reshape({b, t, n_embd_});
   }
-  // Heads merged back: [B, H, T, D] -> [B, T, C].
-  Tensor y = att_v.permute({0, 2, 1, 3}).reshape({b, t, n_embd_});
   return dropout(proj->forward(y), dropout_, is_training(), *gen_);
 }
 

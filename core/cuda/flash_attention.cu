@@ -20,7 +20,9 @@
 // every run.
 //
 // bfloat16 runs by default on the mma.sync kernels of core/cuda/flash_attention_mma.cu (same algorithm,
-// fragments in registers, cp.async double buffering; its own comment gives the layouts). The two
+// fragments in registers, cp.async double buffering; its own comment gives the layouts). Only those
+// kernels take strided operands (flash_attention_*_strided, used by causal_attention_qkv on a packed
+// [B, T, 3C] projection); the WMMA and SIMT kernels below read contiguous [bh, t, d] only. The two
 // implementations below remain: DPT_FLASH_IMPL=wmma selects the WMMA kernels and DPT_FLASH_IMPL=simt
 // (or DPT_FLASH_SIMT=1) the SIMT kernels for bfloat16, so a regression can be isolated on a GPU machine.
 //
@@ -889,6 +891,18 @@ void visit_flash(DType dtype, int64_t d, const char* what, F&& f) {
   }
 }
 
+// The strided entry points run only the mma kernels: bfloat16 buffers, a head size they are built for, a
+// positive scale and 16-byte aligned rows. Which kernels DPT_FLASH_IMPL selects is the caller's concern
+// (flash_attention_strided_supported).
+bool mma_runs_strided(DType dtype, int64_t d, double scale,
+                      std::initializer_list<std::pair<const Tensor*, AttentionLayout>> operands) {
+  if (dtype != DType::BFloat16 || !flash_mma_supports(d, scale)) return false;
+  for (const auto& [buffer, layout] : operands) {
+    if (buffer->dtype() != DType::BFloat16 || !flash_mma_operands_aligned({{buffer->data_ptr(), layout}})) return false;
+  }
+  return true;
+}
+
 dim3 flash_grid(int64_t bh, int64_t t, int tile, const char* what) {
   DPT_CHECK(bh <= 0x7fffffff && t <= 0x7fffffff / 2, "{} (CUDA): {} heads of length {} exceed the launch limits", what,
             bh, t);
@@ -910,8 +924,8 @@ void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, 
   const float scale_log2 = static_cast<float>(scale) * kLog2e;
   const bool tc = use_tensor_cores(q.dtype(), {&q, &k, &v, &out});
   if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d, scale)) {
-    flash_forward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), lse.data<float>(), bh,
-                      t, d, scale_log2, stream);
+    flash_forward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), lse.data<float>(),
+                      AttentionLayouts::contiguous(t, d), bh, t, d, scale_log2, stream);
     return;
   }
   visit_flash(q.dtype(), d, "flash_attention_forward", [&](auto tag, auto dim) {
@@ -946,7 +960,7 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
   if (tc && flash_impl_from_env() == FlashImpl::kMma && flash_mma_supports(d, scale)) {
     flash_backward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(),
                        grad_out.data<bf16_t>(), lse.data<float>(), grad_q.data<bf16_t>(), grad_k.data<bf16_t>(),
-                       grad_v.data<bf16_t>(), bh, t, d, scale_f, device, stream);
+                       grad_v.data<bf16_t>(), AttentionLayouts::contiguous(t, d), bh, t, d, scale_f, device, stream);
     return;
   }
   DeviceBuffer dvec(static_cast<size_t>(rows) * sizeof(float), device);
@@ -977,6 +991,55 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
            k.data<T>(), v.data<T>(), grad_out.data<T>(), lse.data<float>(), dv, grad_q.data<T>(), static_cast<int>(t),
            scale_f, scale_log2);
   });
+}
+
+bool flash_attention_strided_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                       const AttentionLayouts& layouts, int64_t d, double scale) {
+  return flash_impl_from_env() == FlashImpl::kMma &&
+         mma_runs_strided(q.dtype(), d, scale,
+                          {{&q, layouts.q}, {&k, layouts.k}, {&v, layouts.v}, {&out, layouts.out}});
+}
+
+void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                     const Tensor& lse, const AttentionLayouts& layouts, int64_t bh, int64_t t,
+                                     int64_t d, double scale) {
+  if (bh == 0 || t == 0) return;
+  const int device = device_of(out, {&q, &k, &v, &lse}, "flash_attention_forward_strided");
+  DPT_CHECK(lse.dtype() == DType::Float32,
+            "flash_attention_forward_strided (CUDA): expected float32 logsumexp, found {}", dtype_name(lse.dtype()));
+  DPT_CHECK(
+      mma_runs_strided(q.dtype(), d, scale, {{&q, layouts.q}, {&k, layouts.k}, {&v, layouts.v}, {&out, layouts.out}}),
+      "flash_attention_forward_strided (CUDA): expected bfloat16 with head size 32, 64 or 128, a positive "
+      "scale and 16-byte aligned rows, found {}, head size {}, scale {}",
+      dtype_name(q.dtype()), d, scale);
+  flash_forward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), lse.data<float>(),
+                    layouts, bh, t, d, static_cast<float>(scale) * kLog2e, cuda::current_stream(device));
+}
+
+void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
+                                      const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,
+                                      const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& layouts,
+                                      int64_t bh, int64_t t, int64_t d, double scale) {
+  if (bh == 0 || t == 0) return;
+  const int device =
+      device_of(grad_q, {&q, &k, &v, &out, &grad_out, &lse, &grad_k, &grad_v}, "flash_attention_backward_strided");
+  DPT_CHECK(lse.dtype() == DType::Float32,
+            "flash_attention_backward_strided (CUDA): expected float32 logsumexp, found {}", dtype_name(lse.dtype()));
+  DPT_CHECK(mma_runs_strided(q.dtype(), d, scale,
+                             {{&q, layouts.q},
+                              {&k, layouts.k},
+                              {&v, layouts.v},
+                              {&out, layouts.out},
+                              {&grad_out, layouts.out},
+                              {&grad_q, layouts.q},
+                              {&grad_k, layouts.k},
+                              {&grad_v, layouts.v}}),
+            "flash_attention_backward_strided (CUDA): expected bfloat16 with head size 32, 64 or 128, a positive "
+            "scale and 16-byte aligned rows, found {}, head size {}, scale {}",
+            dtype_name(q.dtype()), d, scale);
+  flash_backward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), grad_out.data<bf16_t>(),
+                     lse.data<float>(), grad_q.data<bf16_t>(), grad_k.data<bf16_t>(), grad_v.data<bf16_t>(), layouts,
+                     bh, t, d, static_cast<float>(scale), device, cuda::current_stream(device));
 }
 
 }  // namespace dpt::cuda_kernels

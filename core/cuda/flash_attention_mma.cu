@@ -21,6 +21,13 @@
 // bank groups (D / 8 + 1 is odd), and ldmatrix and the 16-byte cp.async stores are free of bank
 // conflicts.
 //
+// Operands are addressed through an AttentionLayout (core/attention_layout.h): block (bh, .) finds its
+// head at layout.head_start(bh) and row r at r row_stride from there, so the same kernels read a
+// contiguous [bh, t, d] tensor or the heads of a packed [B, T, 3C] QKV projection in place, and write the
+// output (and the gradients) in the caller's layout. Only the addressing differs: the arithmetic, and so
+// the bits of every result, are the same for every layout. Row starts must be 16-byte aligned (the host
+// checks flash_mma_operands_aligned) because the tile loads are 16-byte cp.async vectors.
+//
 // Kernels (W warps, each owning 16 rows of the block's tile; W = 4, or 8 at D = 64 with
 // DPT_FLASH_MMA_WARPS=8, for tuning):
 //   forward   grid (bh, query tiles of 16 W): Q fragments stay in registers; K and V tiles of 64 keys
@@ -132,11 +139,13 @@ __device__ __forceinline__ uint32_t bt_lane(int lane) {
   return at<kLd>((lane & 7) + ((lane >> 4) << 3), ((lane >> 3) & 1) * 8);
 }
 
-// Rows [first, first + ROWS) of a [t, D] matrix into the tile at shared address dst ([ROWS][D + 8])
-// with cp.async; rows at or beyond t are zero-filled (their source address stays the matrix start,
-// which is never read).
+// Rows [first, first + ROWS) of a [t, D] matrix whose rows start row_stride elements apart into the tile
+// at shared address dst ([ROWS][D + 8]) with cp.async; rows at or beyond t are zero-filled (their source
+// address stays the matrix start, which is never read). Every row start is 16-byte aligned (checked by
+// the host, see flash_mma_operands_aligned), so the 8-element chunks are 16-byte vectors.
 template <int D, int ROWS, int THREADS>
-__device__ __forceinline__ void load_tile_async(const bf16_t* __restrict__ src, int first, int t, uint32_t dst) {
+__device__ __forceinline__ void load_tile_async(const bf16_t* __restrict__ src, int64_t row_stride, int first, int t,
+                                                uint32_t dst) {
   constexpr int kChunks = D / 8, kLd = D + 8, kRowStep = THREADS / kChunks;
   static_assert(THREADS % kChunks == 0 && ROWS % kRowStep == 0, "every thread copies the same chunks");
   const int r0 = static_cast<int>(threadIdx.x) / kChunks, c = static_cast<int>(threadIdx.x) % kChunks * 8;
@@ -144,7 +153,7 @@ __device__ __forceinline__ void load_tile_async(const bf16_t* __restrict__ src, 
   for (int i = 0; i < ROWS / kRowStep; ++i) {
     const int r = r0 + i * kRowStep, row = first + r;
     const bool valid = row < t;
-    cp_async16(dst + at<kLd>(r, c), src + (valid ? static_cast<int64_t>(row) * D + c : 0), valid);
+    cp_async16(dst + at<kLd>(r, c), src + (valid ? row * row_stride + c : 0), valid);
   }
 }
 
@@ -169,7 +178,8 @@ constexpr size_t backward_q_bytes() {
 template <int D, int W>
 __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
     flash_forward_mma_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
-                             bf16_t* __restrict__ out, float* __restrict__ lse, int t, float scale_log2) {
+                             bf16_t* __restrict__ out, float* __restrict__ lse, const AttentionLayouts lay, int t,
+                             float scale_log2) {
   constexpr int kThreads = 32 * W, kBr = 16 * W, kBc = kKeyTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBc * kLd;  // one K or V stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBc / 8, kKs = kBc / 16;
@@ -180,15 +190,16 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
   const uint32_t a_off = a_lane<kLd>(lane), bt_off = bt_lane<kLd>(lane);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
   const int wq0 = q0 + 16 * warp;  // the warp's first query
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * t * D;
-  const bf16_t* qh = q + base;
-  const bf16_t* kh = k + base;
-  const bf16_t* vh = v + base;
+  const int64_t qrs = lay.q.row_stride, krs = lay.k.row_stride, vrs = lay.v.row_stride, ors = lay.out.row_stride;
+  const bf16_t* qh = q + lay.q.head_start(blockIdx.x);
+  const bf16_t* kh = k + lay.k.head_start(blockIdx.x);
+  const bf16_t* vh = v + lay.v.head_start(blockIdx.x);
+  bf16_t* oh = out + lay.out.head_start(blockIdx.x);
   const int n_tiles = (min(q0 + kBr, t) - 1) / kBc + 1;
 
-  load_tile_async<D, kBr, kThreads>(qh, q0, t, qs);
-  load_tile_async<D, kBc, kThreads>(kh, 0, t, kv);
-  load_tile_async<D, kBc, kThreads>(vh, 0, t, kv + kTileBytes);
+  load_tile_async<D, kBr, kThreads>(qh, qrs, q0, t, qs);
+  load_tile_async<D, kBc, kThreads>(kh, krs, 0, t, kv);
+  load_tile_async<D, kBc, kThreads>(vh, vrs, 0, t, kv + kTileBytes);
   cp_async_commit();
 
   uint32_t qf[kKd][4];
@@ -202,8 +213,8 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
   for (int kt = 0; kt < n_tiles; ++kt) {
     if (kt + 1 < n_tiles) {
       const uint32_t next = kv + ((kt + 1) & 1) * 2 * kTileBytes;
-      load_tile_async<D, kBc, kThreads>(kh, (kt + 1) * kBc, t, next);
-      load_tile_async<D, kBc, kThreads>(vh, (kt + 1) * kBc, t, next + kTileBytes);
+      load_tile_async<D, kBc, kThreads>(kh, krs, (kt + 1) * kBc, t, next);
+      load_tile_async<D, kBc, kThreads>(vh, vrs, (kt + 1) * kBc, t, next + kTileBytes);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -305,11 +316,9 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
   for (int n = 0; n < kNd; ++n) {
     const int c = 8 * n + 2 * tq;
     if (r0 < t)
-      *reinterpret_cast<__nv_bfloat162*>(out + base + static_cast<int64_t>(r0) * D + c) =
-          __floats2bfloat162_rn(o[n][0] * inv0, o[n][1] * inv0);
+      *reinterpret_cast<__nv_bfloat162*>(oh + r0 * ors + c) = __floats2bfloat162_rn(o[n][0] * inv0, o[n][1] * inv0);
     if (r1 < t)
-      *reinterpret_cast<__nv_bfloat162*>(out + base + static_cast<int64_t>(r1) * D + c) =
-          __floats2bfloat162_rn(o[n][2] * inv1, o[n][3] * inv1);
+      *reinterpret_cast<__nv_bfloat162*>(oh + r1 * ors + c) = __floats2bfloat162_rn(o[n][2] * inv1, o[n][3] * inv1);
   }
   if (tq == 0) {
     float* lse_h = lse + static_cast<int64_t>(blockIdx.x) * t;
@@ -320,10 +329,12 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
 
 // ---------------------------------------------------------------------------------------------------
 // Backward statistics, one warp per padded row: lse2 = lse log2(e) (+inf past t), dvec = dO . O (0).
+// out and grad_out have the layout `lay` (grad_out has out's); lse2 and dvec are contiguous [bh, t_pad].
 template <int D>
 __global__ void flash_backward_prep_kernel(const bf16_t* __restrict__ out, const bf16_t* __restrict__ grad_out,
                                            const float* __restrict__ lse, float* __restrict__ lse2,
-                                           float* __restrict__ dvec, int t, int t_pad, int64_t rows_pad) {
+                                           float* __restrict__ dvec, const AttentionLayout lay, int t, int t_pad,
+                                           int64_t rows_pad) {
   const int lane = threadIdx.x & 31;
   const int64_t row = static_cast<int64_t>(blockIdx.x) * (blockDim.x / 32) + threadIdx.x / 32;
   if (row >= rows_pad) return;
@@ -336,7 +347,7 @@ __global__ void flash_backward_prep_kernel(const bf16_t* __restrict__ out, const
     }
     return;
   }
-  const int64_t at = (head * t + r) * D;
+  const int64_t at = lay.at(head, r, 0);
   float s = 0.0f;
 #pragma unroll
   for (int c = lane; c < D; c += 32) s += __bfloat162float(grad_out[at + c]) * __bfloat162float(out[at + c]);
@@ -354,8 +365,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
     flash_backward_kv_mma_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
                                  const bf16_t* __restrict__ v, const bf16_t* __restrict__ grad_out,
                                  const float* __restrict__ lse2, const float* __restrict__ dvec,
-                                 bf16_t* __restrict__ grad_k, bf16_t* __restrict__ grad_v, int t, int t_pad,
-                                 float scale, float scale_log2) {
+                                 bf16_t* __restrict__ grad_k, bf16_t* __restrict__ grad_v, const AttentionLayouts lay,
+                                 int t, int t_pad, float scale, float scale_log2) {
   constexpr int kThreads = 32 * W, kBc = 16 * W, kBr = kQueryTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBr * kLd;  // one Q or dO stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBr / 8, kKs = kBr / 16;
@@ -369,16 +380,18 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const uint32_t a_off = a_lane<kLd>(lane), bt_off = bt_lane<kLd>(lane);
   const int k0 = blockIdx.y * kBc;
   const int wk0 = k0 + 16 * warp;  // the warp's first key
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * t * D;
   const int64_t sbase = static_cast<int64_t>(blockIdx.x) * t_pad;
-  const bf16_t* qh = q + base;
-  const bf16_t* doh = grad_out + base;
+  // grad_k has k's layout, grad_v v's, grad_out out's.
+  const int64_t qrs = lay.q.row_stride, krs = lay.k.row_stride, vrs = lay.v.row_stride, ors = lay.out.row_stride;
+  const int64_t kbase = lay.k.head_start(blockIdx.x), vbase = lay.v.head_start(blockIdx.x);
+  const bf16_t* qh = q + lay.q.head_start(blockIdx.x);
+  const bf16_t* doh = grad_out + lay.out.head_start(blockIdx.x);
   const int qt0 = k0 / kBr, n_qt = (t + kBr - 1) / kBr;
 
   auto load_stage = [&](int qt, int stage) {
     const uint32_t dst = qd + stage * 2 * kTileBytes;
-    load_tile_async<D, kBr, kThreads>(qh, qt * kBr, t, dst);
-    load_tile_async<D, kBr, kThreads>(doh, qt * kBr, t, dst + kTileBytes);
+    load_tile_async<D, kBr, kThreads>(qh, qrs, qt * kBr, t, dst);
+    load_tile_async<D, kBr, kThreads>(doh, ors, qt * kBr, t, dst + kTileBytes);
     // 2 x 64 floats = 32 chunks of 16 bytes; the padded statistics need no bounds check.
     if (threadIdx.x < 2 * kBr / 4) {
       const int which = threadIdx.x / (kBr / 4), c = (threadIdx.x % (kBr / 4)) * 4;
@@ -386,8 +399,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
       cp_async16(smem_u32(stats + (2 * stage + which) * kBr + c), src, true);
     }
   };
-  load_tile_async<D, kBc, kThreads>(k + base, k0, t, ks);
-  load_tile_async<D, kBc, kThreads>(v + base, k0, t, vs);
+  load_tile_async<D, kBc, kThreads>(k + kbase, krs, k0, t, ks);
+  load_tile_async<D, kBc, kThreads>(v + vbase, vrs, k0, t, vs);
   load_stage(qt0, 0);
   cp_async_commit();
 
@@ -503,14 +516,14 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   for (int n = 0; n < kNd; ++n) {
     const int c = 8 * n + 2 * tq;
     if (kr0 < t) {
-      const int64_t at0 = base + static_cast<int64_t>(kr0) * D + c;
-      *reinterpret_cast<__nv_bfloat162*>(grad_v + at0) = __floats2bfloat162_rn(dva[n][0], dva[n][1]);
-      *reinterpret_cast<__nv_bfloat162*>(grad_k + at0) = __floats2bfloat162_rn(dka[n][0] * scale, dka[n][1] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(grad_v + vbase + kr0 * vrs + c) = __floats2bfloat162_rn(dva[n][0], dva[n][1]);
+      *reinterpret_cast<__nv_bfloat162*>(grad_k + kbase + kr0 * krs + c) =
+          __floats2bfloat162_rn(dka[n][0] * scale, dka[n][1] * scale);
     }
     if (kr1 < t) {
-      const int64_t at1 = base + static_cast<int64_t>(kr1) * D + c;
-      *reinterpret_cast<__nv_bfloat162*>(grad_v + at1) = __floats2bfloat162_rn(dva[n][2], dva[n][3]);
-      *reinterpret_cast<__nv_bfloat162*>(grad_k + at1) = __floats2bfloat162_rn(dka[n][2] * scale, dka[n][3] * scale);
+      *reinterpret_cast<__nv_bfloat162*>(grad_v + vbase + kr1 * vrs + c) = __floats2bfloat162_rn(dva[n][2], dva[n][3]);
+      *reinterpret_cast<__nv_bfloat162*>(grad_k + kbase + kr1 * krs + c) =
+          __floats2bfloat162_rn(dka[n][2] * scale, dka[n][3] * scale);
     }
   }
 }
@@ -522,7 +535,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
     flash_backward_q_mma_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
                                 const bf16_t* __restrict__ v, const bf16_t* __restrict__ grad_out,
                                 const float* __restrict__ lse2, const float* __restrict__ dvec,
-                                bf16_t* __restrict__ grad_q, int t, int t_pad, float scale, float scale_log2) {
+                                bf16_t* __restrict__ grad_q, const AttentionLayouts lay, int t, int t_pad, float scale,
+                                float scale_log2) {
   constexpr int kThreads = 32 * W, kBr = 16 * W, kBc = kKeyTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBc * kLd;  // one K or V stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBc / 8, kKs = kBc / 16;
@@ -534,9 +548,11 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const uint32_t a_off = a_lane<kLd>(lane), bt_off = bt_lane<kLd>(lane);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
   const int wq0 = q0 + 16 * warp;
-  const int64_t base = static_cast<int64_t>(blockIdx.x) * t * D;
-  const bf16_t* kh = k + base;
-  const bf16_t* vh = v + base;
+  // grad_q has q's layout, grad_out out's.
+  const int64_t qrs = lay.q.row_stride, krs = lay.k.row_stride, vrs = lay.v.row_stride, ors = lay.out.row_stride;
+  const int64_t qbase = lay.q.head_start(blockIdx.x);
+  const bf16_t* kh = k + lay.k.head_start(blockIdx.x);
+  const bf16_t* vh = v + lay.v.head_start(blockIdx.x);
   const int n_tiles = (min(q0 + kBr, t) - 1) / kBc + 1;
   const int r0 = wq0 + g, r1 = r0 + 8;
   // Rows past t read the padding (+inf, 0): P = 0 there. t_pad is a multiple of 128 >= kBr.
@@ -544,10 +560,10 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const float lse0 = lse2[sbase + r0], lse1 = lse2[sbase + r1];
   const float dvec0 = dvec[sbase + r0], dvec1 = dvec[sbase + r1];
 
-  load_tile_async<D, kBr, kThreads>(q + base, q0, t, qs);
-  load_tile_async<D, kBr, kThreads>(grad_out + base, q0, t, dos);
-  load_tile_async<D, kBc, kThreads>(kh, 0, t, kv);
-  load_tile_async<D, kBc, kThreads>(vh, 0, t, kv + kTileBytes);
+  load_tile_async<D, kBr, kThreads>(q + qbase, qrs, q0, t, qs);
+  load_tile_async<D, kBr, kThreads>(grad_out + lay.out.head_start(blockIdx.x), ors, q0, t, dos);
+  load_tile_async<D, kBc, kThreads>(kh, krs, 0, t, kv);
+  load_tile_async<D, kBc, kThreads>(vh, vrs, 0, t, kv + kTileBytes);
   cp_async_commit();
 
   float dqa[kNd][4];
@@ -558,8 +574,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   for (int kt = 0; kt < n_tiles; ++kt) {
     if (kt + 1 < n_tiles) {
       const uint32_t next = kv + ((kt + 1) & 1) * 2 * kTileBytes;
-      load_tile_async<D, kBc, kThreads>(kh, (kt + 1) * kBc, t, next);
-      load_tile_async<D, kBc, kThreads>(vh, (kt + 1) * kBc, t, next + kTileBytes);
+      load_tile_async<D, kBc, kThreads>(kh, krs, (kt + 1) * kBc, t, next);
+      load_tile_async<D, kBc, kThreads>(vh, vrs, (kt + 1) * kBc, t, next + kTileBytes);
       cp_async_commit();
       cp_async_wait<1>();
     } else {
@@ -628,10 +644,10 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   for (int n = 0; n < kNd; ++n) {
     const int c = 8 * n + 2 * tq;
     if (r0 < t)
-      *reinterpret_cast<__nv_bfloat162*>(grad_q + base + static_cast<int64_t>(r0) * D + c) =
+      *reinterpret_cast<__nv_bfloat162*>(grad_q + qbase + r0 * qrs + c) =
           __floats2bfloat162_rn(dqa[n][0] * scale, dqa[n][1] * scale);
     if (r1 < t)
-      *reinterpret_cast<__nv_bfloat162*>(grad_q + base + static_cast<int64_t>(r1) * D + c) =
+      *reinterpret_cast<__nv_bfloat162*>(grad_q + qbase + r1 * qrs + c) =
           __floats2bfloat162_rn(dqa[n][2] * scale, dqa[n][3] * scale);
   }
 }
@@ -690,18 +706,27 @@ FlashImpl flash_impl_from_env() {
 
 bool flash_mma_supports(int64_t d, double scale) { return (d == 32 || d == 64 || d == 128) && scale > 0; }
 
-void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse, int64_t bh,
-                       int64_t t, int64_t d, float scale_log2, cudaStream_t stream) {
+bool flash_mma_operands_aligned(std::initializer_list<std::pair<const void*, AttentionLayout>> operands) {
+  for (const auto& [buffer, layout] : operands) {
+    if (!aligned16(buffer) || !layout.rows_aligned_to(16 / static_cast<int64_t>(sizeof(bf16_t)))) return false;
+  }
+  return true;
+}
+
+void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse,
+                       const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale_log2,
+                       cudaStream_t stream) {
   visit_mma(d, "flash_attention_forward", [&](auto dim, auto warps) {
     constexpr int D = decltype(dim)::value, W = decltype(warps)::value;
     launch(flash_forward_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_forward"), 32 * W,
-           forward_bytes<D, W>(), stream, q, k, v, out, lse, static_cast<int>(t), scale_log2);
+           forward_bytes<D, W>(), stream, q, k, v, out, lse, layouts, static_cast<int>(t), scale_log2);
   });
 }
 
 void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* out, const bf16_t* grad_out,
-                        const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v, int64_t bh, int64_t t,
-                        int64_t d, float scale, int device, cudaStream_t stream) {
+                        const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v,
+                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale, int device,
+                        cudaStream_t stream) {
   const int64_t t_pad = (t + kStatPad - 1) / kStatPad * kStatPad;
   const int64_t rows_pad = bh * t_pad;
   DeviceBuffer stats(2 * static_cast<size_t>(rows_pad) * sizeof(float), device);
@@ -713,15 +738,16 @@ void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const
     constexpr int kRowsPerBlock = 8;
     flash_backward_prep_kernel<D>
         <<<static_cast<unsigned>((rows_pad + kRowsPerBlock - 1) / kRowsPerBlock), 32 * kRowsPerBlock, 0, stream>>>(
-            out, grad_out, lse, lse2, dvec, static_cast<int>(t), static_cast<int>(t_pad), rows_pad);
+            out, grad_out, lse, lse2, dvec, layouts.out, static_cast<int>(t), static_cast<int>(t_pad), rows_pad);
     DPT_CUDA_CHECK_LAUNCH();
     launch(flash_backward_kv_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_backward"), 32 * W,
            backward_kv_bytes<D, W>(), stream, q, k, v, grad_out, static_cast<const float*>(lse2),
-           static_cast<const float*>(dvec), grad_k, grad_v, static_cast<int>(t), static_cast<int>(t_pad), scale,
-           scale_log2);
+           static_cast<const float*>(dvec), grad_k, grad_v, layouts, static_cast<int>(t), static_cast<int>(t_pad),
+           scale, scale_log2);
     launch(flash_backward_q_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_backward"), 32 * W,
            backward_q_bytes<D, W>(), stream, q, k, v, grad_out, static_cast<const float*>(lse2),
-           static_cast<const float*>(dvec), grad_q, static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2);
+           static_cast<const float*>(dvec), grad_q, layouts, static_cast<int>(t), static_cast<int>(t_pad), scale,
+           scale_log2);
   });
 }
 

@@ -1,11 +1,16 @@
 #pragma once
 // bfloat16 fused causal attention on mma.sync tensor-core instructions (core/cuda/flash_attention_mma.cu),
-// called by the entry points in core/cuda/flash_attention.cu. Pointers are contiguous [bh, t, d]
-// (lse [bh, t], float32, natural log); every tensor must start 16-byte aligned.
+// called by the entry points in core/cuda/flash_attention.cu. Each operand pointer is a buffer holding its
+// [bh, t, d] operand at the place `layouts` gives (core/attention_layout.h; a gradient has its operand's
+// layout), contiguous or, e.g., the heads of a packed [B, T, 3C] QKV projection. lse is contiguous
+// [bh, t], float32, natural log. Every operand row must start 16-byte aligned (flash_mma_operands_aligned).
 #include <cuda_runtime.h>
 
 #include <cstdint>
+#include <initializer_list>
+#include <utility>
 
+#include "core/attention_layout.h"
 #include "core/cuda/kernel_utils.cuh"
 
 namespace dpt::cuda_kernels {
@@ -20,11 +25,18 @@ FlashImpl flash_impl_from_env();
 // exponent; a scale <= 0, which no attention layer uses, takes the WMMA kernels).
 bool flash_mma_supports(int64_t d, double scale);
 
-void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse, int64_t bh,
-                       int64_t t, int64_t d, float scale_log2, cudaStream_t stream);
+// True when every (buffer, layout) pair puts each row start on a 16-byte boundary: the buffer is 16-byte
+// aligned and the layout's offset and strides are multiples of 8 bf16 elements. The tile loads are 16-byte
+// cp.async vectors, so the kernels below require this of every operand.
+bool flash_mma_operands_aligned(std::initializer_list<std::pair<const void*, AttentionLayout>> operands);
+
+void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse,
+                       const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale_log2,
+                       cudaStream_t stream);
 
 void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* out, const bf16_t* grad_out,
-                        const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v, int64_t bh, int64_t t,
-                        int64_t d, float scale, int device, cudaStream_t stream);
+                        const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v,
+                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale, int device,
+                        cudaStream_t stream);
 
 }  // namespace dpt::cuda_kernels

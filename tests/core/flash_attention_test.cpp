@@ -15,6 +15,7 @@
 #include "core/ops_attention.h"
 #include "core/ops_flash_attention.h"
 #include "gradcheck.h"
+#include "scoped_env.h"
 
 using namespace dpt;
 
@@ -62,32 +63,6 @@ void expect_close(const Outcome& got, const Outcome& want, double tol, const std
 }
 
 const TensorOptions kF64 = TensorOptions{}.with_dtype(DType::Float64);
-
-// Sets an environment variable for one scope (the CUDA kernels read DPT_FLASH_IMPL and
-// DPT_FLASH_MMA_WARPS per call), restoring the previous value after.
-class ScopedEnv {
- public:
-  ScopedEnv(const char* name, const char* value) : name_(name) {
-    const char* old = std::getenv(name);
-    had_ = old != nullptr;
-    if (had_) old_ = old;
-    ::setenv(name, value, 1);
-  }
-  ~ScopedEnv() {
-    if (had_) {
-      ::setenv(name_, old_.c_str(), 1);
-    } else {
-      ::unsetenv(name_);
-    }
-  }
-  ScopedEnv(const ScopedEnv&) = delete;
-  ScopedEnv& operator=(const ScopedEnv&) = delete;
-
- private:
-  const char* name_;
-  bool had_ = false;
-  std::string old_;
-};
 
 }  // namespace
 

@@ -1,14 +1,19 @@
 // CausalSelfAttention with a head size the fused kernels take (D = 64): on CUDA it runs
-// causal_attention (core/ops_flash_attention.h), on the CPU the composed path; both must give the same
-// output and gradients (float32, so the CUDA side runs the SIMT kernels; the bf16 tensor-core kernels
-// are held to the CPU by tests/core/flash_attention_test.cpp). Skipped without a GPU.
+// causal_attention_qkv (core/ops_flash_attention.h), on the CPU the composed path; both must give the
+// same output and gradients (float32, so the CUDA side runs the composition on the SIMT kernels; the
+// bf16 tensor-core kernels are held to the CPU by tests/core/flash_attention_test.cpp and
+// flash_attention_qkv_test.cpp). In bfloat16 the layer runs the packed mma kernels, held to the
+// composition it replaced, built from the layer's own qkv and proj modules. Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <string>
+#include <vector>
 
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "core/ops_flash_attention.h"
 #include "layers/attention.h"
 
 namespace dpt::nn {
@@ -42,6 +47,47 @@ TEST(CudaFlashAttentionLayer, FusedCudaPathMatchesComposedCpuPath) {
   ASSERT_EQ(pc.size(), pg.size());
   for (size_t i = 0; i < pc.size(); ++i) {
     EXPECT_LT(max_relative(pg[i].second.grad(), pc[i].second.grad()), 1e-4) << pc[i].first;
+  }
+}
+
+// The layer's fused bfloat16 branch (causal_attention_qkv on the packed projection) against the path
+// it replaced, composed explicitly from the same modules: qkv, split into heads, causal_attention,
+// heads merged, proj. The attention is bitwise the same (tests/core/flash_attention_qkv_test.cpp); the
+// tolerance leaves room only for the cuBLAS GEMMs around it, which see the same operands.
+TEST(CudaFlashAttentionLayer, PackedQkvPathMatchesExplicitCompositionInBfloat16) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator g1(33), gen(34);
+  const int64_t n_embd = 192, n_head = 3, head = n_embd / n_head, b = 2, t = 200;  // D = 64
+  CausalSelfAttention layer(n_embd, n_head, 0.0, g1);
+  layer.to(Device::cuda());
+  layer.to(DType::BFloat16);
+  const TensorOptions bf16 = TensorOptions{}.with_dtype(DType::BFloat16);
+  Tensor x = randn({b, t, n_embd}, gen, bf16).to(Device::cuda()),
+         w = randn({b, t, n_embd}, gen, bf16).to(Device::cuda());
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head));
+  auto composed = [&](const Tensor& in) {
+    std::vector<Tensor> parts = split(layer.qkv->forward(in), {n_embd, n_embd, n_embd}, 2);
+    auto heads = [&](const Tensor& p) { return p.reshape({b, t, n_head, head}).permute({0, 2, 1, 3}); };
+    Tensor y = causal_attention(heads(parts[0]), heads(parts[1]), heads(parts[2]), scale);
+    return layer.proj->forward(y.permute({0, 2, 1, 3}).reshape({b, t, n_embd}));
+  };
+  // Output, input gradient and parameter gradients of sum(y * w) for one of the two paths.
+  auto run = [&](bool fused) {
+    layer.zero_grad();
+    Tensor xl = x.detach().clone().requires_grad_();
+    Tensor y = fused ? layer.forward(xl) : composed(xl);
+    sum(y * w).backward();
+    std::vector<Tensor> out{y.detach().to(Device::cpu()), xl.grad().to(Device::cpu())};
+    for (auto& [name, p] : layer.named_parameters()) out.push_back(p.grad().to(Device::cpu()));
+    return out;
+  };
+  std::vector<Tensor> fused = run(true), ref = run(false);
+  ASSERT_EQ(fused.size(), ref.size());
+  auto names = layer.named_parameters();
+  for (size_t i = 0; i < fused.size(); ++i) {
+    const std::string what = i == 0 ? "output" : i == 1 ? "input gradient" : names[i - 2].first;
+    EXPECT_EQ(fused[i].dtype(), DType::BFloat16) << what;
+    EXPECT_LT(max_relative(fused[i], ref[i]), 1e-2) << what;
   }
 }
 
