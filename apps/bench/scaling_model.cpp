@@ -15,7 +15,7 @@ ScalingModel ScalingModel::fit(double compute_ms, double grad_bytes, int gpus, d
   double transfer_ms = std::max(comm_ms - 2.0 * (n - 1) * m.alpha_us * 1e-3, 1e-3);
   m.beta_gbps = 2.0 * (n - 1) / n * grad_bytes / (transfer_ms * 1e-3) / 1e9;
   m.hidden_ms = comm_ms - exposed_ms;
-  m.interference_ms = std::max(0.0, step_ms - compute_ms - exposed_ms);
+  m.interference_ms = step_ms - compute_ms - exposed_ms;  // may be negative (scaling_model.h)
   return m;
 }
 
