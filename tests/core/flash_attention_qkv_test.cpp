@@ -15,6 +15,7 @@
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
 #include "gradcheck.h"
+#include "max_relative.h"
 #include "scoped_env.h"
 
 using namespace dpt;
@@ -42,18 +43,6 @@ Outcome run(F&& attention, const Tensor& qkv, const Tensor& g, Device device) {
   Tensor out = attention(leaf);
   out.backward(g.to(device));
   return {out.to(Device::cpu()), leaf.grad().to(Device::cpu())};
-}
-
-// max |a - b| / max(max |b|, floor), as in flash_attention_test.cpp.
-double max_relative(const Tensor& a, const Tensor& b, double floor = 1e-30) {
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  EXPECT_EQ(va.size(), vb.size());
-  double num = 0, den = floor;
-  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
-    num = std::max(num, std::abs(va[i] - vb[i]));
-    den = std::max(den, std::abs(vb[i]));
-  }
-  return num / den;
 }
 
 // Bitwise for float32, bfloat16 and float64 values: their conversion to double is exact (a -0.0 and a

@@ -15,6 +15,7 @@
 #include "core/ops_attention.h"
 #include "core/ops_flash_attention.h"
 #include "gradcheck.h"
+#include "max_relative.h"
 #include "scoped_env.h"
 
 using namespace dpt;
@@ -23,21 +24,6 @@ namespace {
 
 Tensor composed_attention(const Tensor& q, const Tensor& k, const Tensor& v, double scale) {
   return matmul(causal_softmax(matmul(q, k, false, true), scale), v);
-}
-
-// max |a - b| / max(max |b|, floor): errors measured against the reference's own scale, so near-zero
-// elements of a bfloat16 result do not count as large relative errors. The floor keeps a gradient that
-// is exactly zero in exact arithmetic (dQ and dK for T = 1: one key, dS = p (dO.v - dO.o) = 0) from
-// turning rounding noise into an infinite relative error.
-double max_relative(const Tensor& a, const Tensor& b, double floor = 1e-30) {
-  auto va = a.to_vector<double>(), vb = b.to_vector<double>();
-  EXPECT_EQ(va.size(), vb.size());
-  double num = 0, den = floor;
-  for (size_t i = 0; i < va.size() && i < vb.size(); ++i) {
-    num = std::max(num, std::abs(va[i] - vb[i]));
-    den = std::max(den, std::abs(vb[i]));
-  }
-  return num / den;
 }
 
 struct Outcome {

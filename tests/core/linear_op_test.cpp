@@ -37,6 +37,7 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "gradcheck.h"
+#include "linear_switches.h"
 
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/gemm_lt.h"
@@ -277,31 +278,6 @@ TEST_F(LinearOp, FusedSwitchRoundTrips) {
 
 #define SKIP_WITHOUT_GPU() \
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device"
-
-// Restores the fused switch when a test ends, however it ends.
-class FusedSwitch {
- public:
-  explicit FusedSwitch(bool on) : before_(linear_fused()) { set_linear_fused(on); }
-  ~FusedSwitch() { set_linear_fused(before_); }
-  FusedSwitch(const FusedSwitch&) = delete;
-  FusedSwitch& operator=(const FusedSwitch&) = delete;
-
- private:
-  bool before_;
-};
-
-
-// Sets which activations are absorbed for one test, restoring the environment's choice afterwards.
-class AbsorbSwitch {
- public:
-  explicit AbsorbSwitch(LinearAbsorb level) : before_(linear_absorb()) { set_linear_absorb(level); }
-  ~AbsorbSwitch() { set_linear_absorb(before_); }
-  AbsorbSwitch(const AbsorbSwitch&) = delete;
-  AbsorbSwitch& operator=(const AbsorbSwitch&) = delete;
-
- private:
-  LinearAbsorb before_;
-};
 
 // Whether a linear with `act` in `dtype` is absorbed by the linear it feeds (core/ops_linear.cpp) under
 // LinearAbsorb::All: ReLU always, GELU in bfloat16 (float32 GELU keeps core's arithmetic in an

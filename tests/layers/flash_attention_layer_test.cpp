@@ -12,23 +12,13 @@
 
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
+#include "core/max_relative.h"
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
 #include "layers/attention.h"
 
 namespace dpt::nn {
 namespace {
-
-double max_relative(const Tensor& a, const Tensor& b) {
-  auto x = a.to_vector<double>(), y = b.to_vector<double>();
-  EXPECT_EQ(x.size(), y.size());
-  double num = 0, den = 1e-30;
-  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
-    num = std::max(num, std::abs(x[i] - y[i]));
-    den = std::max(den, std::abs(y[i]));
-  }
-  return num / den;
-}
 
 TEST(CudaFlashAttentionLayer, FusedCudaPathMatchesComposedCpuPath) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";

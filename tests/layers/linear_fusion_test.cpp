@@ -19,6 +19,7 @@
 #include "layers/linear.h"
 #include "layers/mlp.h"
 #include "layers/transformer_block.h"
+#include "linear_switches.h"
 
 namespace dpt::nn {
 namespace {
@@ -88,18 +89,6 @@ double worst_relative(const std::vector<double>& got, const std::vector<double>&
   }
   return worst;
 }
-
-// Restores the fused switch however the test ends.
-class FusedSwitch {
- public:
-  explicit FusedSwitch(bool on) : before_(linear_fused()) { set_linear_fused(on); }
-  ~FusedSwitch() { set_linear_fused(before_); }
-  FusedSwitch(const FusedSwitch&) = delete;
-  FusedSwitch& operator=(const FusedSwitch&) = delete;
-
- private:
-  bool before_;
-};
 
 // ||got - want|| / ||want|| over all elements.
 double norm_relative(const std::vector<double>& got, const std::vector<double>& want) {

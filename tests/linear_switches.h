@@ -1,0 +1,34 @@
+#pragma once
+// The process-wide switches of dpt::linear (core/ops.h), set for one test and restored however the
+// test ends, so a test that compares the fused and the composed paths leaves the next test unaffected.
+#include "core/ops.h"
+
+namespace dpt {
+
+// Sets a switch read through get() and written through set() to `value` for the scope's lifetime.
+template <class T>
+class ScopedSwitch {
+ public:
+  ScopedSwitch(T (*get)(), void (*set)(T), T value) : set_(set), before_(get()) { set_(value); }
+  ~ScopedSwitch() { set_(before_); }
+  ScopedSwitch(const ScopedSwitch&) = delete;
+  ScopedSwitch& operator=(const ScopedSwitch&) = delete;
+
+ private:
+  void (*set_)(T);
+  T before_;
+};
+
+// Fused CUDA path of dpt::linear on or off (set_linear_fused).
+class FusedSwitch : public ScopedSwitch<bool> {
+ public:
+  explicit FusedSwitch(bool on) : ScopedSwitch(linear_fused, set_linear_fused, on) {}
+};
+
+// Which activations a fused linear lets its consumer absorb (set_linear_absorb).
+class AbsorbSwitch : public ScopedSwitch<LinearAbsorb> {
+ public:
+  explicit AbsorbSwitch(LinearAbsorb level) : ScopedSwitch(linear_absorb, set_linear_absorb, level) {}
+};
+
+}  // namespace dpt
