@@ -22,7 +22,19 @@ std::atomic<uint64_t> g_next_sequence_nr{0};
 class FunctionNode : public Node {
  public:
   FunctionNode(const char* name, BackwardFn fn) : name_(name), fn_(std::move(fn)) {}
-  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override { return fn_(grad_outputs); }
+  // Runs once: the closure, and with it every tensor the op saved for backward, is released when this
+  // call returns, as PyTorch does without retain_graph. So activations leave memory layer by layer as
+  // backward walks down the model, and a graph the caller still holds (the returned loss) pins no
+  // activations into the next step.
+  std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
+    DPT_CHECK(fn_ != nullptr,
+              "{}: a second backward through the graph; the first released what this op saved for it "
+              "(run the forward pass again)",
+              name_);
+    BackwardFn fn = std::move(fn_);
+    fn_ = nullptr;
+    return fn(grad_outputs);
+  }
   std::string name() const override { return name_; }
 
  private:

@@ -88,18 +88,14 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
     denominator = add(count, relu(add(neg(count), 1.0)));
     loss = div(sum(losses), denominator);
   }
-  auto saved = std::make_shared<Tensor>(x);
   record_op("CrossEntropyBackward", {logits}, {loss},
-            [saved, t, ignore_index, lse, denominator](const std::vector<Tensor>& g) {
-              DPT_CHECK(saved->defined(),
-                        "cross_entropy: a second backward through one graph; the first overwrote the logits with "
-                        "their gradient (run the forward pass again)");
+            [x, t, ignore_index, lse, denominator](const std::vector<Tensor>& g) {
               Tensor scale = div(g[0].to(lse.dtype()), denominator);
-              const bool in_place = sole_owner(*saved);
-              const Tensor x = *saved;
+              // This closure is the logits' last holder unless the caller kept them; the engine releases
+              // it when this backward returns, so gx is then the buffer's only handle.
+              const bool in_place = sole_owner(x);
               Tensor gx = in_place ? x : detail::empty_as(x, x.shape());
               kernels::cross_entropy_backward(x, t, ignore_index, lse, detail::contiguous_data(scale), gx);
-              if (in_place) *saved = Tensor();
               return std::vector<Tensor>{gx};
             });
   return loss;

@@ -3,6 +3,10 @@
 
 #include <gtest/gtest.h>
 
+#include <cmath>
+#include <memory>
+#include <string>
+
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
@@ -96,6 +100,27 @@ TEST(Autograd, ZeroGradThenBackwardOverwritesWithoutReadingTheOldGradient) {
   Tensor fresh = from_vector(std::vector<double>{4, 5, 6}, {3}, kF64);
   w.set_grad(fresh);
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{4, 5, 6}));
+}
+
+// Each op's saved tensors are released once its backward has run, as PyTorch does without
+// retain_graph: a loss the caller keeps (a training loop's `loss = step()`) pins no activation into the
+// next step, and a second backward through the graph is an error naming the op.
+TEST(Autograd, BackwardReleasesWhatEachOpSavedAndASecondBackwardIsAnError) {
+  Tensor x = leaf({1, 2, 3}, {3});
+  Tensor a = exp(x);  // an activation: mul saves it for backward
+  std::weak_ptr<Storage> activation = a.impl()->storage;
+  Tensor loss = sum(mul(a, a));
+  a = Tensor();
+  EXPECT_FALSE(activation.expired()) << "the graph must hold the saved activation until backward";
+  loss.backward();
+  EXPECT_TRUE(activation.expired()) << "backward must release the saved activation";
+  EXPECT_NEAR(x.grad().to_vector<double>()[2], 2 * std::exp(6.0), 1e-9);  // d/dx e^{2x} = 2 e^{2x}
+  try {
+    loss.backward();
+    FAIL() << "a second backward ran on released saved tensors";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("second backward"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Autograd, NonScalarBackwardNeedsAGradient) {
