@@ -75,7 +75,7 @@ struct Loader::DeviceStage {
       cuda::free_pinned(s.input);
       cuda::free_pinned(s.target);
     }
-    cudaStreamDestroy(copy_stream_);
+    cuda::destroy_stream(copy_stream_);
   }
 
   int num_slots() const { return static_cast<int>(slots_.size()); }

@@ -25,7 +25,7 @@ struct DistributedDataParallel::TimingState {
   std::vector<std::pair<size_t, std::pair<cuda::CudaEvent, cuda::CudaEvent>>> buckets;
   cudaStream_t probe_stream = nullptr;
   ~TimingState() {
-    if (probe_stream) cudaStreamDestroy(probe_stream);
+    cuda::destroy_stream(probe_stream);
   }
 #endif
 };

@@ -247,7 +247,7 @@ class NcclBackend : public Backend {
     ncclCommAbort(setup_comm_);  // idle since the split; abort releases it without waiting on peers
     pending_.clear();
     ready_.reset();
-    cudaStreamDestroy(comm_stream_);
+    cuda::destroy_stream(comm_stream_);
   }
 
   const char* name() const override { return "nccl"; }

@@ -10,7 +10,8 @@ namespace dpt::cuda {
 // ones). Because the pool's release threshold is "keep everything", this only grows when a request
 // cannot be served from blocks already cached.
 size_t pool_reserved_bytes(int device);
-// Returns cached, unused pool memory to the driver (after synchronising the device).
+// Returns cached, unused memory (the host-side block cache, then the pool) to the driver, after
+// synchronising the device.
 void empty_cache(int device);
 
 }  // namespace dpt::cuda

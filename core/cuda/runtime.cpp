@@ -5,14 +5,22 @@
 // threshold is UINT64_MAX, so freed blocks stay cached in the pool and the next request of a similar
 // size is served without a driver call: this is what makes per-op allocation cheap. Stream ordering
 // makes reuse safe: a block freed on stream S is only handed to work ordered after the free on S.
+// In front of the pool, a host-side BlockCache (core/block_cache.h) serves repeated sizes on the same
+// stream without any driver call; DPT_NO_CUDA_MEMORY_CACHING=1 turns it off (as PyTorch's
+// PYTORCH_NO_CUDA_MEMORY_CACHING does), which compute-sanitizer runs want: a cached block is still
+// allocated as far as the sanitizer can tell, so a use after free inside it would go unreported.
 #include <spdlog/spdlog.h>
 
 #include <array>
 #include <atomic>
 #include <cstdint>
+#include <cstdlib>
+#include <cstring>
+#include <memory>
 #include <mutex>
 #include <string>
 
+#include "core/block_cache.h"
 #include "core/cuda/check.h"
 #include "core/cuda/memory.h"
 #include "core/cuda/stream.h"
@@ -30,6 +38,36 @@ struct MemoryStats {
 };
 std::array<MemoryStats, kMaxDevices> g_stats;
 std::array<std::once_flag, kMaxDevices> g_pool_configured;
+
+// 1 GiB of blocks of at most 64 MiB per device: a small model's whole step fits, a large model's big
+// activations go straight back to the pool (one driver call beside milliseconds of kernels).
+constexpr size_t kCacheCapacity = size_t{1} << 30;
+constexpr size_t kCacheMaxBlock = size_t{64} << 20;
+
+bool caching_enabled() {
+  static const bool enabled = [] {
+    const char* v = std::getenv("DPT_NO_CUDA_MEMORY_CACHING");
+    return v == nullptr || std::strcmp(v, "1") != 0;
+  }();
+  return enabled;
+}
+
+// Never destroyed: tensors freed by other static destructors at exit still go through it.
+BlockCache& block_cache(int device) {
+  static std::array<BlockCache*, kMaxDevices> caches = [] {
+    std::array<BlockCache*, kMaxDevices> a{};
+    for (auto& c : a) c = new BlockCache(caching_enabled() ? kCacheCapacity : 0, kCacheMaxBlock);
+    return a;
+  }();
+  return *caches[device];
+}
+
+// Hands cached blocks back to the pool, each on the stream it was freed on (its ordering point).
+void free_blocks(const std::vector<BlockCache::Block>& blocks) {
+  for (const auto& b : blocks) {
+    (void)cudaFreeAsync(b.ptr, static_cast<cudaStream_t>(const_cast<void*>(b.stream)));
+  }
+}
 
 int checked_device(int device, const char* what) {
   if (device < 0) DPT_CUDA_CHECK(cudaGetDevice(&device));
@@ -103,16 +141,28 @@ std::string device_name(int device) {
 void* allocate(size_t nbytes, int device) {
   device = checked_device(device, "allocate");
   if (nbytes == 0) return nullptr;
-  configure_pool(device);
-  DeviceGuard guard(device);
-  void* ptr = nullptr;
-  cudaError_t status = cudaMallocAsync(&ptr, nbytes, current_stream(device));
-  if (status == cudaErrorMemoryAllocation) {
-    (void)cudaGetLastError();
-    DPT_FAIL("CUDA out of memory on device {}: asked for {} bytes with {} bytes held by live tensors (peak {})", device,
-             nbytes, memory_allocated(device), max_memory_allocated(device));
+  const size_t bytes = BlockCache::round_up(nbytes);
+  cudaStream_t stream = current_stream(device);
+  void* ptr = block_cache(device).take(stream, bytes);
+  if (ptr == nullptr) {
+    configure_pool(device);
+    DeviceGuard guard(device);
+    cudaError_t status = cudaMallocAsync(&ptr, bytes, stream);
+    if (status == cudaErrorMemoryAllocation) {
+      // Blocks cached for other sizes or streams may be what is missing: give them back and retry once
+      // the device has finished with them.
+      (void)cudaGetLastError();
+      free_blocks(block_cache(device).drain());
+      DPT_CUDA_CHECK(cudaDeviceSynchronize());
+      status = cudaMallocAsync(&ptr, bytes, stream);
+    }
+    if (status == cudaErrorMemoryAllocation) {
+      (void)cudaGetLastError();
+      DPT_FAIL("CUDA out of memory on device {}: asked for {} bytes with {} bytes held by live tensors (peak {})",
+               device, nbytes, memory_allocated(device), max_memory_allocated(device));
+    }
+    DPT_CUDA_CHECK(status);
   }
-  DPT_CUDA_CHECK(status);
   note_allocated(device, nbytes);
   return ptr;
 }
@@ -122,21 +172,32 @@ void deallocate(void* ptr, size_t nbytes, int device) {
   // which case the memory is going away anyway.
   if (!ptr) return;
   g_stats[device].live.fetch_sub(nbytes, std::memory_order_relaxed);
-  int previous = -1;
-  if (cudaGetDevice(&previous) != cudaSuccess) return;
-  if (previous != device) (void)cudaSetDevice(device);
   cudaStream_t stream = nullptr;
   try {
     stream = current_stream(device);
   } catch (const std::exception&) {
     stream = nullptr;
   }
+  if (stream && block_cache(device).put(stream, BlockCache::round_up(nbytes), ptr)) return;
+  int previous = -1;
+  if (cudaGetDevice(&previous) != cudaSuccess) return;
+  if (previous != device) (void)cudaSetDevice(device);
   cudaError_t status = stream ? cudaFreeAsync(ptr, stream) : cudaErrorInvalidResourceHandle;
   if (previous != device) (void)cudaSetDevice(previous);
   if (status != cudaSuccess && status != cudaErrorCudartUnloading && status != cudaErrorContextIsDestroyed) {
     (void)cudaGetLastError();
     spdlog::error("cudaFreeAsync of {} bytes on device {} failed: {}", nbytes, device, cudaGetErrorString(status));
   }
+}
+
+void destroy_stream(cudaStream_t stream) {
+  if (!stream) return;
+  int device = 0;
+  if (cudaStreamGetDevice(stream, &device) == cudaSuccess) {
+    DeviceGuard guard(device);
+    free_blocks(block_cache(device).drain(stream));
+  }
+  (void)cudaStreamDestroy(stream);
 }
 
 size_t memory_allocated(int device) {
@@ -169,6 +230,7 @@ void empty_cache(int device) {
   if (!is_available()) return;
   device = checked_device(device, "empty_cache");
   DeviceGuard guard(device);
+  free_blocks(block_cache(device).drain());
   DPT_CUDA_CHECK(cudaDeviceSynchronize());
   cudaMemPool_t pool = nullptr;
   DPT_CUDA_CHECK(cudaDeviceGetDefaultMemPool(&pool, device));

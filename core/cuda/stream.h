@@ -16,8 +16,11 @@ void set_current_stream(cudaStream_t stream);
 // The per-device default stream described above (created on first call).
 cudaStream_t default_stream(int device = -1);
 // A new non-blocking stream on `device` (lower priority numbers run first; 0 is the default priority).
-// The caller owns it and destroys it with cudaStreamDestroy.
+// The caller owns it and destroys it with destroy_stream.
 cudaStream_t create_stream(int device, int priority = 0);
+// Returns the blocks the allocator cached for `stream` to the pool, then destroys the stream: a later
+// stream may get the same handle, and must not inherit blocks whose last use it is not ordered after.
+void destroy_stream(cudaStream_t stream);
 
 // Makes `device` current for the guard's lifetime, restoring the previous device after.
 class DeviceGuard {

@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <cstdlib>
 #include <string>
 
 #include "core/error.h"
@@ -59,6 +60,35 @@ TEST(CudaAllocator, PeakCoversTheLargestTensor) {
 }
 
 #ifdef DPT_HAVE_CUDA
+// The host-side cache in front of the pool: a freed block comes back for the next request of its size on
+// the stream it was freed on, and never for another stream, which is not ordered after its last use.
+TEST(CudaAllocator, AFreedBlockServesItsStreamAgainAndNoOther) {
+  SKIP_WITHOUT_GPU();
+  if (const char* v = std::getenv("DPT_NO_CUDA_MEMORY_CACHING"); v && std::string(v) == "1") {
+    GTEST_SKIP() << "host-side block cache turned off";
+  }
+  void* first = nullptr;
+  {
+    Tensor t = Tensor::empty({12345}, kGpu);
+    t.fill_(1.0);
+    first = t.data_ptr();
+  }
+  cudaStream_t side = cuda::create_stream(0);
+  {
+    cuda::StreamGuard on_side(side);
+    Tensor other = Tensor::empty({12345}, kGpu);
+    EXPECT_NE(other.data_ptr(), first);
+    other.fill_(2.0);
+    EXPECT_DOUBLE_EQ(sum(other).item(), 2.0 * 12345);
+  }
+  Tensor again = Tensor::empty({12345}, kGpu);
+  EXPECT_EQ(again.data_ptr(), first);
+  again.fill_(3.0);
+  EXPECT_DOUBLE_EQ(sum(again).item(), 3.0 * 12345);
+  cuda::synchronize();
+  cuda::destroy_stream(side);
+}
+
 TEST(CudaAllocator, FreedBlocksAreReusedNotReallocated) {
   SKIP_WITHOUT_GPU();
   { Tensor warm = Tensor::empty({32 << 20}, kGpu); }  // 128 MiB into the pool, then cached
@@ -97,7 +127,7 @@ TEST(CudaStreams, DefaultStreamIsNonBlockingAndGuardsSwitchIt) {
   }
   EXPECT_EQ(cuda::current_stream(0), def);
   DPT_CUDA_CHECK(cudaStreamSynchronize(side));
-  DPT_CUDA_CHECK(cudaStreamDestroy(side));
+  cuda::destroy_stream(side);
 }
 
 TEST(CudaStreams, EventsTimeAndQuery) {
