@@ -12,13 +12,13 @@ void* BlockCache::take(const void* stream, size_t bytes) {
   return ptr;
 }
 
-bool BlockCache::put(const void* stream, size_t bytes, void* ptr) {
-  if (bytes > max_block_) return false;
+BlockCache::Put BlockCache::put(const void* stream, size_t bytes, void* ptr) {
+  if (bytes > max_block_) return Put::TooLarge;
   std::lock_guard<std::mutex> lock(mutex_);
-  if (cached_ + bytes > capacity_) return false;
+  if (cached_ + bytes > capacity_) return Put::Full;
   free_[{stream, bytes}].push_back(ptr);
   cached_ += bytes;
-  return true;
+  return Put::Kept;
 }
 
 std::vector<BlockCache::Block> BlockCache::drain() {

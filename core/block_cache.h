@@ -40,9 +40,11 @@ class BlockCache {
 
   // A block of exactly `bytes` (already rounded) last freed on `stream`, or nullptr.
   void* take(const void* stream, size_t bytes);
-  // Keeps the block for later requests on `stream`. False when it is too large or the cache is full:
-  // the caller then frees it itself.
-  bool put(const void* stream, size_t bytes, void* ptr);
+  enum class Put { Kept, TooLarge, Full };
+  // Keeps the block for later requests on `stream`, unless it is too large or the cache is full; the
+  // caller then frees it itself. On Full the caller drains the cache: blocks that nothing asks for
+  // (freed on another stream than the one their size is requested on, say) must not stay forever.
+  Put put(const void* stream, size_t bytes, void* ptr);
   // Empties the cache (all streams, or only `stream`) and returns the blocks for the caller to free.
   std::vector<Block> drain();
   std::vector<Block> drain(const void* stream);

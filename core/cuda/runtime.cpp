@@ -40,7 +40,8 @@ std::array<MemoryStats, kMaxDevices> g_stats;
 std::array<std::once_flag, kMaxDevices> g_pool_configured;
 
 // 1 GiB of blocks of at most 64 MiB per device: a small model's whole step fits, a large model's big
-// activations go straight back to the pool (one driver call beside milliseconds of kernels).
+// activations go straight back to the pool (one driver call beside milliseconds of kernels). A full
+// cache is emptied into the pool (see deallocate), so blocks nobody asks for again cannot pile up.
 constexpr size_t kCacheCapacity = size_t{1} << 30;
 constexpr size_t kCacheMaxBlock = size_t{64} << 20;
 
@@ -56,7 +57,7 @@ bool caching_enabled() {
 BlockCache& block_cache(int device) {
   static std::array<BlockCache*, kMaxDevices> caches = [] {
     std::array<BlockCache*, kMaxDevices> a{};
-    for (auto& c : a) c = new BlockCache(caching_enabled() ? kCacheCapacity : 0, kCacheMaxBlock);
+    for (auto& c : a) c = new BlockCache(kCacheCapacity, kCacheMaxBlock);
     return a;
   }();
   return *caches[device];
@@ -143,7 +144,7 @@ void* allocate(size_t nbytes, int device) {
   if (nbytes == 0) return nullptr;
   const size_t bytes = BlockCache::round_up(nbytes);
   cudaStream_t stream = current_stream(device);
-  void* ptr = block_cache(device).take(stream, bytes);
+  void* ptr = caching_enabled() ? block_cache(device).take(stream, bytes) : nullptr;
   if (ptr == nullptr) {
     configure_pool(device);
     DeviceGuard guard(device);
@@ -178,10 +179,17 @@ void deallocate(void* ptr, size_t nbytes, int device) {
   } catch (const std::exception&) {
     stream = nullptr;
   }
-  if (stream && block_cache(device).put(stream, BlockCache::round_up(nbytes), ptr)) return;
+  bool flush = false;
+  if (stream && caching_enabled()) {
+    const BlockCache::Put kept = block_cache(device).put(stream, BlockCache::round_up(nbytes), ptr);
+    if (kept == BlockCache::Put::Kept) return;
+    // Full means blocks are waiting that no request matches: they all go back to the pool with this one.
+    flush = kept == BlockCache::Put::Full;
+  }
   int previous = -1;
   if (cudaGetDevice(&previous) != cudaSuccess) return;
   if (previous != device) (void)cudaSetDevice(device);
+  if (flush) free_blocks(block_cache(device).drain());
   cudaError_t status = stream ? cudaFreeAsync(ptr, stream) : cudaErrorInvalidResourceHandle;
   if (previous != device) (void)cudaSetDevice(previous);
   if (status != cudaSuccess && status != cudaErrorCudartUnloading && status != cudaErrorContextIsDestroyed) {

@@ -23,7 +23,7 @@ TEST(BlockCache, RoundsRequestsUpToWholeGranules) {
 
 TEST(BlockCache, ABlockComesBackOnlyForItsStreamAndSize) {
   BlockCache cache(1 << 20, 1 << 16);
-  ASSERT_TRUE(cache.put(&stream_a, 1024, &blocks[0]));
+  ASSERT_EQ(BlockCache::Put::Kept, cache.put(&stream_a, 1024, &blocks[0]));
   EXPECT_EQ(cache.take(&stream_b, 1024), nullptr) << "another stream is not ordered after the free";
   EXPECT_EQ(cache.take(&stream_a, 512), nullptr) << "no splitting";
   EXPECT_EQ(cache.take(&stream_a, 1536), nullptr);
@@ -35,20 +35,22 @@ TEST(BlockCache, ABlockComesBackOnlyForItsStreamAndSize) {
 
 TEST(BlockCache, RefusesBlocksOverTheSizeBoundOrPastTheCapacity) {
   BlockCache cache(2048, 1024);
-  EXPECT_FALSE(cache.put(&stream_a, 1536, &blocks[0])) << "larger than one block may be";
-  EXPECT_TRUE(cache.put(&stream_a, 1024, &blocks[1]));
-  EXPECT_TRUE(cache.put(&stream_b, 1024, &blocks[2]));
-  EXPECT_FALSE(cache.put(&stream_a, 512, &blocks[3])) << "capacity is 2048 bytes in all";
+  EXPECT_EQ(cache.put(&stream_a, 1536, &blocks[0]), BlockCache::Put::TooLarge) << "larger than one block may be";
+  EXPECT_EQ(cache.put(&stream_a, 1024, &blocks[1]), BlockCache::Put::Kept);
+  EXPECT_EQ(cache.put(&stream_b, 1024, &blocks[2]), BlockCache::Put::Kept);
+  EXPECT_EQ(cache.put(&stream_a, 512, &blocks[3]), BlockCache::Put::Full) << "capacity is 2048 bytes in all";
   EXPECT_EQ(cache.cached_bytes(), 2048u);
-  BlockCache off(0, 1024);  // what DPT_NO_CUDA_MEMORY_CACHING=1 builds
-  EXPECT_FALSE(off.put(&stream_a, 512, &blocks[0]));
+  // The allocator then returns every cached block to the pool: afterwards the cache takes blocks again.
+  EXPECT_EQ(cache.drain().size(), 2u);
+  EXPECT_EQ(cache.put(&stream_a, 512, &blocks[3]), BlockCache::Put::Kept);
+  EXPECT_EQ(cache.cached_bytes(), 512u);
 }
 
 TEST(BlockCache, DrainingOneStreamLeavesTheOthers) {
   BlockCache cache(1 << 20, 1 << 16);
-  ASSERT_TRUE(cache.put(&stream_a, 512, &blocks[0]));
-  ASSERT_TRUE(cache.put(&stream_a, 1024, &blocks[1]));
-  ASSERT_TRUE(cache.put(&stream_b, 512, &blocks[2]));
+  ASSERT_EQ(BlockCache::Put::Kept, cache.put(&stream_a, 512, &blocks[0]));
+  ASSERT_EQ(BlockCache::Put::Kept, cache.put(&stream_a, 1024, &blocks[1]));
+  ASSERT_EQ(BlockCache::Put::Kept, cache.put(&stream_b, 512, &blocks[2]));
   auto drained = cache.drain(&stream_a);
   ASSERT_EQ(drained.size(), 2u);
   std::set<void*> ptrs;
