@@ -109,9 +109,7 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
                                     S* __restrict__ partial_gw, S* __restrict__ partial_gb, int64_t rows, int n) {
   constexpr int V = vec_width<T>();
   using C = S;
-  extern __shared__ unsigned char ln_smem[];  // 2 * n values of S: the block's gw and gb sums
-  S* sgw = reinterpret_cast<S*>(ln_smem);
-  S* sgb = sgw + n;
+  extern __shared__ unsigned char ln_smem[];  // ln_backward_smem_bytes<S, K, V>(): the reduction below
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
   const int nvec = n / V;
   const auto* wv = reinterpret_cast<const Vec<W, V>*>(w);
@@ -167,30 +165,62 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
       }
     }
   }
-  // The block's warps add their column sums into shared memory one warp at a time, in warp order.
-  for (int turn = 0; turn < kWarpsPerBlock; ++turn) {
-    if (warp == turn) {
+  // The block's column sums: a fixed pairwise tree over its warps (warp w adds warp w + half, for half =
+  // 4, 2, 1), so the order of the additions, and the bits of the result, never change. Warp w's values
+  // go through shared memory as [pair][sum][k][q][lane]: the 32 lanes of every access touch 32
+  // consecutive words, free of bank conflicts (column-major by lane, 8 consecutive columns per lane,
+  // was an 8-way conflict), and only 3 rounds of barriers remain of the former 8 turns.
+  constexpr int kSlot = K * V * 32;
+  S* red = reinterpret_cast<S*>(ln_smem);
+#pragma unroll
+  for (int half = kWarpsPerBlock / 2; half >= 1; half /= 2) {
+    if (warp >= half && warp < 2 * half) {
+      S* dst = red + (warp - half) * 2 * kSlot;
 #pragma unroll
       for (int k = 0; k < K; ++k) {
-        const int j = lane + 32 * k;
-        if (j < nvec) {
 #pragma unroll
-          for (int q = 0; q < V; ++q) {
-            const int col = j * V + q;
-            sgw[col] = turn == 0 ? acc_w[k][q] : sgw[col] + acc_w[k][q];
-            sgb[col] = turn == 0 ? acc_b[k][q] : sgb[col] + acc_b[k][q];
-          }
+        for (int q = 0; q < V; ++q) {
+          dst[(k * V + q) * 32 + lane] = acc_w[k][q];
+          dst[kSlot + (k * V + q) * 32 + lane] = acc_b[k][q];
         }
       }
     }
     __syncthreads();
+    if (warp < half) {
+      const S* src = red + warp * 2 * kSlot;
+#pragma unroll
+      for (int k = 0; k < K; ++k) {
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          acc_w[k][q] += src[(k * V + q) * 32 + lane];
+          acc_b[k][q] += src[kSlot + (k * V + q) * 32 + lane];
+        }
+      }
+    }
+    __syncthreads();  // the next round's writers reuse these slots
   }
-  S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
-  S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
-  for (int i = threadIdx.x; i < n; i += blockDim.x) {
-    pgw[i] = sgw[i];
-    pgb[i] = sgb[i];
+  if (warp == 0) {
+    S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
+    S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
+#pragma unroll
+    for (int k = 0; k < K; ++k) {
+      const int j = lane + 32 * k;
+      if (j < nvec) {
+#pragma unroll
+        for (int q = 0; q < V; ++q) {
+          pgw[j * V + q] = acc_w[k][q];
+          pgb[j * V + q] = acc_b[k][q];
+        }
+      }
+    }
   }
+}
+
+// Dynamic shared memory of layer_norm_backward_warp_kernel: half the block's warps hand over two sums
+// of K V values per lane at once (24 KiB at GPT-2's 768 bf16 features, 64 KiB at the widest, 2048).
+template <class S, int K, int V>
+constexpr size_t ln_backward_smem_bytes() {
+  return static_cast<size_t>(kWarpsPerBlock / 2) * 2 * K * V * 32 * sizeof(S);
 }
 
 // ---- fallback: one block per row (forward), kRowsPerChunk rows per block (backward) ---------------
@@ -402,10 +432,16 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
       if constexpr (kWarpRowWeights<T, W>) {
         if (k > 0) {
           with_vectors(k, [&](auto kc) {
-            layer_norm_backward_warp_kernel<T, W, S, decltype(kc)::value>
-                <<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32, 2 * n * sizeof(S), stream>>>(
-                    grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(),
-                    pgw, pgb, rows, static_cast<int>(n));
+            constexpr int K = decltype(kc)::value;
+            auto* kernel = layer_norm_backward_warp_kernel<T, W, S, K>;
+            constexpr size_t smem = ln_backward_smem_bytes<S, K, vec_width<T>()>();
+            if constexpr (smem > 48 * 1024) {  // wide rows: past the default dynamic shared memory limit
+              DPT_CUDA_CHECK(
+                  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            }
+            kernel<<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32, smem, stream>>>(
+                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(), pgw,
+                pgb, rows, static_cast<int>(n));
           });
         }
       }
