@@ -168,8 +168,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   // The block's column sums: a fixed pairwise tree over its warps (warp w adds warp w + half, for half =
   // 4, 2, 1), so the order of the additions, and the bits of the result, never change. Warp w's values
   // go through shared memory as [pair][sum][k][q][lane]: the 32 lanes of every access touch 32
-  // consecutive words, free of bank conflicts (column-major by lane, 8 consecutive columns per lane,
-  // was an 8-way conflict), and only 3 rounds of barriers remain of the former 8 turns.
+  // consecutive words, free of bank conflicts (indexing by column, each lane's 8 consecutive columns
+  // made 8-way conflicts), and 3 rounds replace the former 8 one-warp-at-a-time turns.
   constexpr int kSlot = K * V * 32;
   S* red = reinterpret_cast<S*>(ln_smem);
 #pragma unroll
