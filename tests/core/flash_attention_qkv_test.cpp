@@ -23,7 +23,9 @@ using namespace dpt;
 namespace {
 
 // What layers/attention.cpp did before causal_attention_qkv: split, heads, causal_attention (which
-// copies each head view contiguous), heads merged back.
+// copies each head view contiguous), heads merged back. Stated here rather than taken from
+// core/ops_flash_attention.cpp (whose fallback is the same composition), so the reference does not come
+// from the code under test.
 Tensor composed_qkv(const Tensor& qkv, int64_t n_head, double scale) {
   const int64_t b = qkv.size(0), t = qkv.size(1), c = qkv.size(2) / 3, d = c / n_head;
   std::vector<Tensor> parts = split(qkv, {c, c, c}, 2);
