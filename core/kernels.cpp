@@ -62,6 +62,15 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
   DPT_KERNEL_DISPATCH(grad_logits.device(), cross_entropy_backward, logits, targets, ignore_index, logsumexp,
                       grad_scale, grad_logits);
 }
+void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const Tensor& grad_scale, const Tensor& losses, const Tensor& logsumexp,
+                             const Tensor& grad_logits) {
+  DPT_KERNEL_DISPATCH(grad_logits.device(), cross_entropy_with_grad, logits, targets, ignore_index, grad_scale, losses,
+                      logsumexp, grad_logits);
+}
+void scale_unless_one(const Tensor& x, const Tensor& scale) {
+  DPT_KERNEL_DISPATCH(x.device(), scale_unless_one, x, scale);
+}
 
 void copy_bytes(void* dst, Device dst_device, const void* src, Device src_device, size_t nbytes) {
   if (nbytes == 0) return;

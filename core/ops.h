@@ -56,6 +56,10 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // activation in its epilogue and backward fuses the bias gradient (core/ops_linear.cpp).
 enum class Activation { None, Gelu, Relu };  // Gelu: tanh approximation, as gelu()
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Activation act = Activation::None);
+// residual + (x W^T + b), residual [..., out]: a residual connection's output projection. On CUDA the
+// add happens inside the GEMM (cuBLASLt's C operand at beta = 1), rounded once with the product;
+// elsewhere it is add(residual, linear(x, weight, bias)). The residual's gradient is the output's.
+Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual);
 // The fused CUDA path is on unless the environment sets DPT_LINEAR_FUSED=0; set_linear_fused overrides
 // that for the process (A/B benchmarks and tests).
 void set_linear_fused(bool enabled);
@@ -88,6 +92,10 @@ Tensor embedding(const Tensor& weight, const Tensor& indices);
 // logits [N, C], targets int32/int64 [N]; mean over targets != ignore_index of -log softmax[target].
 // Fused: one pass computes the loss and keeps only per-row statistics for backward.
 Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index = -100);
+// The same for logits handed over (a temporary such as `cross_entropy(model(x), y)`, or std::move'd):
+// when a backward will follow and nothing else holds them, the forward overwrites them with their
+// gradient in the same pass (see core/ops_loss.cpp); otherwise exactly the overload above.
+Tensor cross_entropy(Tensor&& logits, const Tensor& targets, int64_t ignore_index = -100);
 Tensor mse_loss(const Tensor& prediction, const Tensor& target);  // mean of squared differences
 
 }  // namespace dpt

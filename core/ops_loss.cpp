@@ -56,38 +56,51 @@ Tensor embedding(const Tensor& weight, const Tensor& indices) {
   return out;
 }
 
-// Returns float32 (float64 for float64 logits): the statistics are kept in that precision whatever
-// the logits' dtype, so bf16 training still reports and differentiates a float32 loss.
-//
-// The backward writes softmax(x) - onehot(target) over the logits themselves when no one else holds them:
-// each logit is read once, right before its gradient element is written, so the overwrite is safe, and
-// the logits and their gradient (GPT-2 at 16 x 1024 tokens: 1.5 GiB each in bf16) never coexist at
-// the start of backward, the step's memory peak. Like PyTorch without retain_graph, a second backward
-// through that graph is then an error.
-Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+namespace {
+
+void check_cross_entropy(const Tensor& logits, const Tensor& targets) {
   detail::check_floating("cross_entropy", logits);
   DPT_CHECK(logits.dim() == 2, "cross_entropy: expected logits [N, C], found {}", shape_str(logits.shape()));
   check_indices("cross_entropy", targets, logits);
   DPT_CHECK(targets.dim() == 1 && targets.size(0) == logits.size(0),
             "cross_entropy: expected targets [{}] for logits {}, found {}", logits.size(0), shape_str(logits.shape()),
             shape_str(targets.shape()));
-  const DType stat_dtype = logits.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
-  const TensorOptions stat_options = logits.options().with_dtype(stat_dtype);
+}
+
+// The statistics are kept in float32 whatever the logits' dtype (float64 for float64 logits), so bf16
+// training still reports and differentiates a float32 loss.
+TensorOptions stat_options(const Tensor& logits) {
+  return logits.options().with_dtype(logits.dtype() == DType::Float64 ? DType::Float64 : DType::Float32);
+}
+
+// max(count, 1) for the mean over counted rows: count + relu(1 - count) keeps an all-ignored batch at 0.
+Tensor mean_denominator(const Tensor& targets, int64_t ignore_index, DType dtype) {
+  NoGradGuard no_grad;
+  Tensor count = count_targets(targets, ignore_index, dtype);
+  return add(count, relu(add(neg(count), 1.0)));
+}
+
+Tensor mean_loss(const Tensor& losses, const Tensor& denominator) {
+  NoGradGuard no_grad;
+  return div(sum(losses), denominator);
+}
+
+}  // namespace
+
+// The backward writes softmax(x) - onehot(target) over the logits themselves when no one else holds them:
+// each logit is read once, right before its gradient element is written, so the overwrite is safe, and
+// the logits and their gradient (GPT-2 at 16 x 1024 tokens: 1.5 GiB each in bf16) never coexist at
+// the start of backward, the step's memory peak. Like PyTorch without retain_graph, a second backward
+// through that graph is then an error.
+Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index) {
+  check_cross_entropy(logits, targets);
   Tensor x = detail::contiguous_data(logits.detach());
   Tensor t = detail::contiguous_data(targets.detach());
-  Tensor losses = Tensor::empty({logits.size(0)}, stat_options);
-  Tensor lse = Tensor::empty({logits.size(0)}, stat_options);
+  Tensor losses = Tensor::empty({logits.size(0)}, stat_options(logits));
+  Tensor lse = Tensor::empty({logits.size(0)}, stat_options(logits));
   kernels::cross_entropy(x, t, ignore_index, losses, lse);
-
-  Tensor loss;
-  Tensor denominator;
-  {
-    NoGradGuard no_grad;
-    // mean over counted rows; max(count, 1) = count + relu(1 - count) keeps an all-ignored batch at 0.
-    Tensor count = count_targets(t, ignore_index, stat_dtype);
-    denominator = add(count, relu(add(neg(count), 1.0)));
-    loss = div(sum(losses), denominator);
-  }
+  Tensor denominator = mean_denominator(t, ignore_index, lse.dtype());
+  Tensor loss = mean_loss(losses, denominator);
   record_op("CrossEntropyBackward", {logits}, {loss},
             [x, t, ignore_index, lse, denominator](const std::vector<Tensor>& g) {
               Tensor scale = div(g[0].to(lse.dtype()), denominator);
@@ -98,6 +111,39 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
               kernels::cross_entropy_backward(x, t, ignore_index, lse, detail::contiguous_data(scale), gx);
               return std::vector<Tensor>{gx};
             });
+  return loss;
+}
+
+// Logits handed over (a temporary, or std::move'd) and held by nothing else cannot be looked at again, so
+// the forward may turn them into their gradient at once: one kernel reads each row for the loss and
+// rewrites it as (softmax - onehot) / count while it is still in L2 (llm.c's fused classifier). The
+// logits then cross the memory bus twice instead of three times. Backward only multiplies by the
+// upstream gradient, which for `loss.backward()` is exactly 1 and costs nothing (checked on the device).
+// Without a backward to come, or with other holders, this is the const& overload.
+Tensor cross_entropy(Tensor&& logits, const Tensor& targets, int64_t ignore_index) {
+  const Tensor& held = logits;
+  if (!(grad_mode_enabled() && logits.requires_grad() && logits.is_contiguous() && sole_owner(logits)))
+    return cross_entropy(held, targets, ignore_index);
+  check_cross_entropy(logits, targets);
+  Tensor x = logits.detach();
+  Tensor t = detail::contiguous_data(targets.detach());
+  Tensor losses = Tensor::empty({logits.size(0)}, stat_options(logits));
+  Tensor lse = Tensor::empty({logits.size(0)}, stat_options(logits));
+  Tensor denominator = mean_denominator(t, ignore_index, lse.dtype());
+  Tensor inverse;
+  {
+    NoGradGuard no_grad;
+    inverse = div(ones_like(denominator), denominator);
+  }
+  kernels::cross_entropy_with_grad(x, t, ignore_index, inverse, losses, lse, x);
+  Tensor loss = mean_loss(losses, denominator);
+  record_op("CrossEntropyBackward", {logits}, {loss}, [x, lse](const std::vector<Tensor>& g) {
+    // x holds the gradient for an upstream gradient of 1; the engine releases this closure when it
+    // returns, leaving gx the buffer's only handle.
+    Tensor gx = x;
+    kernels::scale_unless_one(gx, detail::contiguous_data(g[0].to(lse.dtype())));
+    return std::vector<Tensor>{gx};
+  });
   return loss;
 }
 

@@ -162,6 +162,30 @@ int run_kernels_bench(int argc, char** argv) {
   cases.push_back({"convert f32 -> act dtype", rc, nrows * nc * (4 + elt), [&] { kernels::copy_strided(xf, xb); }});
   cases.push_back({"fill f32", rc, nrows * nc * 4, [&] { kernels::fill(fill_f, 0.0); }});
 
+  // Cross-entropy over GPT-2's logits [B T, 50257], all in place (the logits become their gradient):
+  // forward then backward as two passes (3 crossings of the logits), and the fused pass (2 crossings).
+  // GPU only, like AdamW below.
+  Tensor logits, targets, losses, lse, ce_scale;
+  const int64_t vocab = 50257;
+  const auto nvocab = static_cast<double>(vocab);
+  if (gpu) {
+    logits = randn({rows, vocab}, gen, opts);
+    targets = randint({rows}, 0, vocab, gen, opts.with_dtype(DType::Int64));
+    losses = Tensor::empty({rows}, f32);
+    lse = Tensor::empty({rows}, f32);
+    ce_scale = full({}, 1.0 / nrows, f32);
+    const std::string rv = dims(rows, vocab, "");
+    cases.push_back({"cross_entropy forward", rv, nrows * nvocab * elt, [&] {
+                       kernels::cross_entropy(logits, targets, -100, losses, lse);
+                     }});
+    cases.push_back({"cross_entropy backward (in place)", rv, 2 * nrows * nvocab * elt, [&] {
+                       kernels::cross_entropy_backward(logits, targets, -100, lse, ce_scale, logits);
+                     }});
+    cases.push_back({"cross_entropy fused fwd+bwd (in place)", rv, 2 * nrows * nvocab * elt, [&] {
+                       kernels::cross_entropy_with_grad(logits, targets, -100, ce_scale, losses, lse, logits);
+                     }});
+  }
+
   // AdamW with bf16 compute twins over the MLP workload's parameter shapes (92.2M): per parameter it
   // reads and writes the float32 master, exp_avg and exp_avg_sq (24 B), reads the bf16 gradient (2 B)
   // and writes the bf16 twin (2 B). GPU only: the CPU loops would take minutes at this size.

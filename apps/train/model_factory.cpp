@@ -1,5 +1,7 @@
 #include "model_factory.h"
 
+#include <utility>
+
 #include <spdlog/fmt/fmt.h>
 
 #include "core/error.h"
@@ -90,7 +92,7 @@ Tensor Model::loss(const data::Batch& batch, DType compute) const {
   if (is_gpt()) return static_cast<nn::GPT&>(*module_).loss(batch.input, batch.target);
   Tensor out = module_->forward(batch.input.to(compute));
   if (regression_) return nn::mse(out.to(DType::Float32), batch.target);
-  return nn::cross_entropy_loss(out, batch.target);
+  return nn::cross_entropy_loss(std::move(out), batch.target);
 }
 
 }  // namespace dpt::train

@@ -88,4 +88,31 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
   });
 }
 
+// On the CPU the two passes run back to back; the in-place case is safe because the backward reads each
+// logit right before writing its gradient, and the forward is done with the row by then.
+void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const Tensor& grad_scale, const Tensor& losses, const Tensor& logsumexp,
+                             const Tensor& grad_logits) {
+  cross_entropy(logits, targets, ignore_index, losses, logsumexp);
+  cross_entropy_backward(logits, targets, ignore_index, logsumexp, grad_scale, grad_logits);
+}
+
+void scale_unless_one(const Tensor& x, const Tensor& scale) {
+  DPT_CHECK(x.is_contiguous() && scale.numel() == 1, "scale_unless_one kernel: x {}, scale {}", shape_str(x.shape()),
+            shape_str(scale.shape()));
+  double s = 1;
+  visit_floating(scale.dtype(), "scale_unless_one scale", [&](auto tag) {
+    using S = decltype(tag);
+    s = convert<double>(scale.data<S>()[0]);
+  });
+  if (s == 1) return;
+  visit_floating(x.dtype(), "scale_unless_one", [&](auto tag) {
+    using T = decltype(tag);
+    using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
+    T* p = x.data<T>();
+    const C c = static_cast<C>(s);
+    for (int64_t i = 0; i < x.numel(); ++i) p[i] = convert<T>(convert<C>(p[i]) * c);
+  });
+}
+
 }  // namespace dpt::cpu

@@ -7,6 +7,7 @@
 // vocabulary) one block; rows are read with 16-byte vectors between a scalar head and tail, since a
 // row of an odd vocabulary size starts anywhere.
 #include <algorithm>
+#include <cstdlib>
 #include <tuple>
 
 #include "core/cuda/cuda_kernels.h"
@@ -63,6 +64,76 @@ __global__ void __launch_bounds__(512)
     const C p = fast_exp(convert<C>(v) - lse);
     return convert<T>(scale * (p - (j == t ? C(1) : C(0))));
   });
+}
+
+// cross_entropy_kernel and cross_entropy_backward_kernel over one row in one block: the forward's read of
+// the row comes from device memory, the backward's re-read (walking the row from its end, see row_map)
+// mostly from L2, so the logits cross the memory bus twice (read, write) instead of three times. The
+// block visits the row with the forward kernel's threads (a warp for up to 1024 classes, else 512), so
+// the row statistics, and with them the loss and every gradient element, are bitwise those of the two
+// separate kernels. The target's logit is read before the barrier in row_online, ahead of any overwrite
+// when grad_logits is logits.
+template <class T, class S, class I, int V>
+__global__ void __launch_bounds__(512)
+    cross_entropy_with_grad_kernel(const T* logits, const I* __restrict__ targets, int64_t classes,
+                                   int64_t ignore_index, const S* __restrict__ grad_scale, S* __restrict__ losses,
+                                   S* __restrict__ logsumexp, T* grad_logits) {  // may be `logits`
+  using C = Stat<T>;
+  __shared__ C scratch_m[32], scratch_s[32];
+  const int64_t row = blockIdx.x;
+  const T* x = logits + row * classes;
+  T* gx = grad_logits + row * classes;
+  const int64_t t = static_cast<int64_t>(targets[row]);
+  const bool counted = t != ignore_index, in_range = t >= 0 && t < classes;
+  const C target_logit = counted && in_range && threadIdx.x == 0 ? convert<C>(x[t]) : C(0);
+  C m = neg_inf<C>(), s = 0;
+  row_visit<V>(x, classes, threadIdx.x, blockDim.x, [&](int64_t, T v) { online_add(m, s, convert<C>(v)); });
+  row_online<false>(m, s, scratch_m, scratch_s);
+  const C lse = m + fast_log(s);
+  if (threadIdx.x == 0) {
+    // A kernel cannot throw: an out-of-range target gives a NaN loss instead of a wild read.
+    logsumexp[row] = convert<S>(lse);
+    losses[row] = convert<S>(!counted ? C(0) : in_range ? lse - target_logit : static_cast<C>(NAN));
+  }
+  if (!counted) {
+    row_map<V, true>(x, gx, classes, threadIdx.x, blockDim.x, [](int64_t, T) { return convert<T>(0.0f); });
+    return;
+  }
+  const C scale = convert<C>(grad_scale[0]);
+  row_map<V, true>(x, gx, classes, threadIdx.x, blockDim.x, [&](int64_t j, T v) {
+    const C p = fast_exp(convert<C>(v) - lse);
+    return convert<T>(scale * (p - (j == t ? C(1) : C(0))));
+  });
+}
+
+// x *= scale unless scale == 1; every block reads the scale and leaves at once when it is 1.
+template <class T, class S>
+__global__ void scale_unless_one_kernel(T* x, int64_t n, const S* __restrict__ scale) {
+  using C = Stat<T>;
+  const C c = convert<C>(scale[0]);
+  if (c == C(1)) return;
+  for (int64_t i = blockIdx.x * static_cast<int64_t>(blockDim.x) + threadIdx.x; i < n;
+       i += static_cast<int64_t>(gridDim.x) * blockDim.x)
+    x[i] = convert<T>(convert<C>(x[i]) * c);
+}
+
+// Rows in flight per SM for the fused kernel: each one's re-read should find it in L2 (50 MB on an H100,
+// a GPT-2 row is 100 KB). Unused shared memory is the only residency cap CUDA offers: asking each block
+// for more than 1 / (cap + 1) of an SM's shared memory leaves room for at most `cap` blocks. Rows short
+// enough that every resident block's row fits L2 need no cap (0 bytes).
+size_t residency_cap_bytes(int device, int64_t row_bytes) {
+  int cap = 2;
+  if (const char* env = std::getenv("DPT_CE_FUSED_BLOCKS_PER_SM")) cap = std::atoi(env);
+  if (cap <= 0 || row_bytes < (64 << 10)) return 0;
+  int per_sm = 0;
+  DPT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
+  return static_cast<size_t>(per_sm / (cap + 1) + 1024);
+}
+
+template <class Kernel>
+void set_dynamic_smem(Kernel kernel, size_t bytes) {
+  if (bytes > 48 * 1024)
+    DPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
 }
 
 }  // namespace
@@ -140,6 +211,80 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
         }
         DPT_CUDA_CHECK_LAUNCH();
       });
+    });
+  });
+}
+
+void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
+                             const Tensor& grad_scale, const Tensor& losses, const Tensor& logsumexp,
+                             const Tensor& grad_logits) {
+  DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && grad_logits.is_contiguous() && targets.is_contiguous() &&
+                losses.is_contiguous() && logsumexp.is_contiguous() && grad_logits.shape() == logits.shape() &&
+                grad_logits.dtype() == logits.dtype() && targets.numel() == logits.size(0) &&
+                losses.numel() == logits.size(0) && logsumexp.numel() == logits.size(0) &&
+                losses.dtype() == logsumexp.dtype() && grad_scale.numel() == 1 &&
+                grad_scale.dtype() == logsumexp.dtype(),
+            "cross_entropy_with_grad kernel (CUDA): logits {}, targets {}, grad_logits {}, grad_scale {}",
+            shape_str(logits.shape()), shape_str(targets.shape()), shape_str(grad_logits.shape()),
+            shape_str(grad_scale.shape()));
+  const int device =
+      device_of(grad_logits, {&logits, &targets, &losses, &logsumexp, &grad_scale}, "cross_entropy_with_grad");
+  const int64_t rows = logits.size(0), classes = logits.size(1);
+  if (rows == 0) return;
+  DPT_CHECK(classes > 0, "cross_entropy_with_grad kernel (CUDA): logits {} have no classes", shape_str(logits.shape()));
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  visit_floating(logits.dtype(), "cross_entropy_with_grad", [&](auto tag) {
+    using T = decltype(tag);
+    visit_floating(losses.dtype(), "cross_entropy_with_grad stats", [&](auto stat_tag) {
+      using S = decltype(stat_tag);
+      visit_index(targets.dtype(), "cross_entropy_with_grad targets", [&](auto itag) {
+        using I = decltype(itag);
+        const int threads = classes <= kWarpRowMax ? 32 : 512;
+        const auto grid = static_cast<unsigned>(rows);
+        const size_t cap_bytes = residency_cap_bytes(device, classes * static_cast<int64_t>(sizeof(T)));
+        auto args = std::make_tuple(ptr<const T>(logits), ptr<const I>(targets), classes, ignore_index,
+                                    ptr<const S>(grad_scale), ptr<S>(losses), ptr<S>(logsumexp), ptr<T>(grad_logits));
+        if (same_alignment({logits.data_ptr(), grad_logits.data_ptr()})) {
+          std::apply(
+              [&](auto... a) {
+                auto* kernel = cross_entropy_with_grad_kernel<T, S, I, vec_width<T>()>;
+                set_dynamic_smem(kernel, cap_bytes);
+                kernel<<<grid, threads, cap_bytes, stream>>>(a...);
+              },
+              args);
+        } else {
+          std::apply(
+              [&](auto... a) {
+                auto* kernel = cross_entropy_with_grad_kernel<T, S, I, 1>;
+                set_dynamic_smem(kernel, cap_bytes);
+                kernel<<<grid, threads, cap_bytes, stream>>>(a...);
+              },
+              args);
+        }
+        DPT_CUDA_CHECK_LAUNCH();
+      });
+    });
+  });
+}
+
+void scale_unless_one(const Tensor& x, const Tensor& scale) {
+  DPT_CHECK(x.is_contiguous() && scale.numel() == 1, "scale_unless_one kernel (CUDA): x {}, scale {}",
+            shape_str(x.shape()), shape_str(scale.shape()));
+  const int device = device_of(x, {&scale}, "scale_unless_one");
+  const int64_t n = x.numel();
+  if (n == 0) return;
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  // A grid-stride loop over a few blocks per SM: when the scale is 1 the whole launch is a few hundred
+  // blocks that each read one value and leave.
+  const auto grid = static_cast<unsigned>(std::min<int64_t>((n + 255) / 256, 1024));
+  visit_floating(x.dtype(), "scale_unless_one", [&](auto tag) {
+    using T = decltype(tag);
+    visit_floating(scale.dtype(), "scale_unless_one scale", [&](auto stat_tag) {
+      using S = decltype(stat_tag);
+      scale_unless_one_kernel<T, S><<<grid, 256, 0, stream>>>(ptr<T>(x), n, ptr<const S>(scale));
+      DPT_CUDA_CHECK_LAUNCH();
     });
   });
 }

@@ -219,22 +219,30 @@ __device__ __forceinline__ void row_visit(const T* __restrict__ p, int64_t n, in
 
 // out[j] = f(j, a[j]) for every j; `out` must share `a`'s alignment modulo 16 bytes (host-checked).
 // `out` may be `a` (an in-place map): each element is loaded by the thread that stores it, before the store.
-template <int V, class T, class U, class F>
-__device__ __forceinline__ void row_map(const T* a, U* out, int64_t n, int tid, int nthreads,
-                                        F&& f) {
+// Reverse walks the row from its end: right after a forward pass over the same row (row_visit), the
+// elements read last are the likeliest still in L2, so they are read first.
+template <int V, bool Reverse = false, class T, class U, class F>
+__device__ __forceinline__ void row_map(const T* a, U* out, int64_t n, int tid, int nthreads, F&& f) {
   const int64_t head = row_head<V>(a, n);
-  for (int64_t j = tid; j < head; j += nthreads) out[j] = f(j, a[j]);
   const int64_t nv = (n - head) / V;
   const auto* av = reinterpret_cast<const Vec<T, V>*>(a + head);
   auto* ov = reinterpret_cast<Vec<U, V>*>(out + head);
-  for (int64_t k = tid; k < nv; k += nthreads) {
+  auto vector = [&](int64_t k) {
     const Vec<T, V> v = av[k];
     Vec<U, V> r;
 #pragma unroll
     for (int q = 0; q < V; ++q) r.v[q] = f(head + k * V + q, v.v[q]);
     ov[k] = r;
+  };
+  if constexpr (Reverse) {
+    for (int64_t j = n - 1 - tid; j >= head + nv * V; j -= nthreads) out[j] = f(j, a[j]);
+    for (int64_t k = nv - 1 - tid; k >= 0; k -= nthreads) vector(k);
+    for (int64_t j = head - 1 - tid; j >= 0; j -= nthreads) out[j] = f(j, a[j]);
+  } else {
+    for (int64_t j = tid; j < head; j += nthreads) out[j] = f(j, a[j]);
+    for (int64_t k = tid; k < nv; k += nthreads) vector(k);
+    for (int64_t j = head + nv * V + tid; j < n; j += nthreads) out[j] = f(j, a[j]);
   }
-  for (int64_t j = head + nv * V + tid; j < n; j += nthreads) out[j] = f(j, a[j]);
 }
 
 // out[j] = f(j, a[j], b[j]); all three share alignment modulo 16 bytes (host-checked).
