@@ -213,8 +213,10 @@ Tensor absorbed_pre_grad(const FusedSaved& p, const Tensor& grad_pre2, const Ten
   return gpre;
 }
 
-// The fused forward, or an undefined tensor when it cannot run (the caller composes instead).
-Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+// The fused forward, or an undefined tensor when it cannot run (the caller composes instead). A defined
+// `residual` (act None only) is added inside the GEMM: out = residual + x W^T + b.
+Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                   const Tensor& residual = {}) {
   const DType dt = x.dtype();
   if (!is_fusable_dtype(dt) || weight.dtype() != dt || weight.device() != x.device() || !weight.is_contiguous())
     return {};
@@ -222,6 +224,9 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const int64_t k = weight.size(1), n = weight.size(0);
   const int64_t m = x.numel() / k;
   if (m == 0) return {};
+  if (residual.defined() && (act != Activation::None || residual.dtype() != dt || residual.device() != x.device() ||
+                             !residual.is_contiguous() || residual.numel() != m * n))
+    return {};
 
   auto saved = std::make_shared<FusedSaved>();
   saved->x = rows_view(x.detach(), m, k);
@@ -260,6 +265,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     if (backward) saved->aux = Tensor::empty({ck::relu_mask_words(m, n)}, out.options().with_dtype(DType::Int32));
   } else {
     args.epilogue = bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None;
+    if (residual.defined()) args.addend = residual.detach().reshape({m, n});
   }
   if (gelu_after) {
     if (!ck::gemm_lt_supported(saved->x, saved->weight, saved->aux, args)) return {};
@@ -280,14 +286,25 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                    producer->saved->n != k || producer->saved->m != m))
     producer = nullptr;
 
+  // The residual's gradient is the output's, passed through as AddBackward does.
+  const bool with_residual = residual.defined();
+  auto inputs = [&](std::vector<Tensor> own) {
+    if (with_residual) own.push_back(residual);
+    return own;
+  };
+  auto outputs = [with_residual](std::vector<Tensor> own, const Tensor& grad_out) {
+    if (with_residual) own.push_back(grad_out);
+    return own;
+  };
+
   if (producer) {
     const Tensor& x1 = producer->x;
     const Tensor& w1 = producer->weight;
     const Tensor& b1 = producer->bias;
     const bool need_x1 = x1.requires_grad(), need_w1 = w1.requires_grad();
     const bool need_b1 = b1.defined() && b1.requires_grad();
-    record_op("LinearPairBackward", {x1, w1, b1, weight, bias}, {out},
-              [saved, producer, need_x1, need_w1, need_b1, need_w, need_b](const std::vector<Tensor>& grads) {
+    record_op("LinearPairBackward", inputs({x1, w1, b1, weight, bias}), {out},
+              [saved, producer, need_x1, need_w1, need_b1, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
                 const FusedSaved& s = *saved;
                 const FusedSaved& p = *producer->saved;
                 Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
@@ -299,7 +316,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                   param_grads(p, gpre1, need_w1, false, &gw1, nullptr);
                   if (need_x1) gx1 = matmul(gpre1, p.weight).reshape(producer->x.shape());
                 }
-                return std::vector<Tensor>{gx1, gw1, gb1, gw2, gb2};
+                return outputs({gx1, gw1, gb1, gw2, gb2}, grads[0]);
               });
     return out;  // an op that absorbed its producer is not absorbable itself
   }
@@ -315,15 +332,15 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     self->weight = weight;
     self->bias = bias;
   }
-  record_op("LinearBackward", {x, weight, bias}, {out},
-            [saved, self, x_shape, need_x, need_w, need_b](const std::vector<Tensor>& grads) {
+  record_op("LinearBackward", inputs({x, weight, bias}), {out},
+            [saved, self, x_shape, need_x, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
               const FusedSaved& s = *saved;
               Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
               Tensor gx, gw, gb;
               Tensor gpre = pre_activation_grad(s, g, need_b && s.bias.defined() ? &gb : nullptr);
               param_grads(s, gpre, need_w, need_b && !gb.defined(), &gw, &gb);
               if (need_x) gx = matmul(gpre, s.weight).reshape(x_shape);
-              return std::vector<Tensor>{gx, gw, gb};
+              return outputs({gx, gw, gb}, grads[0]);
             });
   if (self) {
     if (std::shared_ptr<Node> node = out.grad_fn()) {
@@ -359,7 +376,8 @@ bool linear_fused() {
   return o < 0 ? fused_from_environment() : o == 1;
 }
 
-Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+namespace {
+void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
   DPT_CHECK(x.defined() && weight.defined(), "linear: undefined input or weight");
   DPT_CHECK(weight.dim() == 2 && x.dim() >= 1 && x.size(-1) == weight.size(1),
             "linear: expected input [..., {}] for weight {}, found {}", weight.dim() == 2 ? weight.size(1) : -1,
@@ -367,6 +385,11 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
   DPT_CHECK(!bias.defined() || (bias.dim() == 1 && bias.size(0) == weight.size(0)),
             "linear: expected bias [{}] for weight {}, found {}", weight.size(0), shape_str(weight.shape()),
             shape_str(bias.shape()));
+}
+}  // namespace
+
+Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
+  check_linear(x, weight, bias);
 #ifdef DPT_HAVE_CUDA
   if (x.device().is_cuda() && linear_fused()) {
     Tensor y = linear_cuda(x, weight, bias, act);
@@ -375,5 +398,23 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
 #endif
   return linear_composed(x, weight, bias, act);
 }
+
+Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual) {
+  check_linear(x, weight, bias);
+  DPT_CHECK(residual.defined(), "linear_residual: undefined residual");
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(weight.size(0));
+  DPT_CHECK(residual.shape() == out_shape,
+            "linear_residual: expected a residual of shape {} for input {} and weight {}, found {}",
+            shape_str(out_shape), shape_str(x.shape()), shape_str(weight.shape()), shape_str(residual.shape()));
+#ifdef DPT_HAVE_CUDA
+  if (x.device().is_cuda() && linear_fused()) {
+    Tensor y = linear_cuda(x, weight, bias, Activation::None, residual);
+    if (y.defined()) return y;
+  }
+#endif
+  return add(residual, linear(x, weight, bias));
+}
+
 
 }  // namespace dpt

@@ -34,7 +34,7 @@ CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double 
   proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, true, gen));
 }
 
-Tensor CausalSelfAttention::forward(const Tensor& x) {
+Tensor CausalSelfAttention::attend(const Tensor& x) {
   DPT_CHECK(x.dim() == 3 && x.size(2) == n_embd_, "CausalSelfAttention: expected input [B, T, {}], found {}", n_embd_,
             shape_str(x.shape()));
   const int64_t b = x.size(0), t = x.size(1), h = n_head_, d = n_embd_ / n_head_;
@@ -58,7 +58,16 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
     // 3. Weighted values, heads merged back: [B, H, T, D] -> [B, T, C].
     y = matmul(att, v).permute({0, 2, 1, 3}).reshape({b, t, n_embd_});
   }
-  return dropout(proj->forward(y), dropout_, is_training(), *gen_);
+  return y;
+}
+
+Tensor CausalSelfAttention::forward(const Tensor& x) {
+  return dropout(proj->forward(attend(x)), dropout_, is_training(), *gen_);
+}
+
+Tensor CausalSelfAttention::forward_residual(const Tensor& x, const Tensor& residual) {
+  if (is_training() && dropout_ > 0) return residual + forward(x);
+  return proj->forward_residual(attend(x), residual);
 }
 
 }  // namespace dpt::nn

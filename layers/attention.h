@@ -16,11 +16,15 @@ class CausalSelfAttention : public Module {
  public:
   CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x). Without dropout on the output the add is the output projection's
+  // (Linear::forward_residual): one pass over the residual stream fewer.
+  Tensor forward_residual(const Tensor& x, const Tensor& residual);
 
   std::shared_ptr<Linear> qkv;
   std::shared_ptr<Linear> proj;
 
  private:
+  Tensor attend(const Tensor& x);  // the heads' outputs merged, [B, T, C], before the projection
 
   int64_t n_embd_, n_head_;
   double dropout_;

@@ -26,4 +26,10 @@ Tensor Linear::forward_with(const Tensor& x, Activation act) {
   return linear(x, weight, bias, act);
 }
 
+Tensor Linear::forward_residual(const Tensor& x, const Tensor& residual) {
+  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input [..., {}], found {}",
+            weight.size(1), shape_str(x.shape()));
+  return linear_residual(x, weight, bias, residual);
+}
+
 }  // namespace dpt::nn

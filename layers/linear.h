@@ -14,6 +14,8 @@ class Linear : public Module {
   // act(x W^T + b) in one op (dpt::linear): on CUDA the activation runs in the GEMM's epilogue, and a
   // Linear fed directly by this output fuses the activation's backward into its own (core/ops_linear.cpp).
   Tensor forward_with(const Tensor& x, Activation act);
+  // residual + forward(x), the add inside the GEMM on CUDA (dpt::linear_residual).
+  Tensor forward_residual(const Tensor& x, const Tensor& residual);
 
   Tensor weight;
   Tensor bias;  // undefined without bias

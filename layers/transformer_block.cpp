@@ -15,6 +15,11 @@ Tensor FeedForward::forward(const Tensor& x) {
   return dropout(proj->forward(fc->forward_with(x, Activation::Gelu)), dropout_, is_training(), *gen_);
 }
 
+Tensor FeedForward::forward_residual(const Tensor& x, const Tensor& residual) {
+  if (is_training() && dropout_ > 0) return residual + forward(x);
+  return proj->forward_residual(fc->forward_with(x, Activation::Gelu), residual);
+}
+
 TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout, Generator& gen) {
   ln1 = register_module("ln1", std::make_shared<LayerNorm>(n_embd));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, dropout, gen));
@@ -23,8 +28,9 @@ TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropou
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  Tensor h = x + attn->forward(ln1->forward(x));
-  return h + mlp->forward(ln2->forward(h));
+  // x + attn(ln1(x)), then h + mlp(ln2(h)), each add inside the branch's output projection.
+  Tensor h = attn->forward_residual(ln1->forward(x), x);
+  return mlp->forward_residual(ln2->forward(h), h);
 }
 
 }  // namespace dpt::nn

@@ -12,6 +12,8 @@ class FeedForward : public Module {
  public:
   FeedForward(int64_t n_embd, double dropout = 0.0, Generator& gen = default_generator());
   Tensor forward(const Tensor& x) override;
+  // residual + forward(x), the add inside proj's GEMM when there is no dropout to apply first.
+  Tensor forward_residual(const Tensor& x, const Tensor& residual);
 
   std::shared_ptr<Linear> fc;    // C -> 4C
   std::shared_ptr<Linear> proj;  // 4C -> C, writes into the residual stream

@@ -98,8 +98,10 @@ struct AlgoKey {
   // Bias and aux pointers have no alignment preference: the heuristic reads their actual alignment, so
   // whether both sit on 256 bytes (fresh pool blocks) or only on 16 (views) is part of the key.
   bool epilogue_aligned256;
+  bool has_addend;  // C read at beta = 1 (its alignment is a preference, like A's, B's and D's)
   auto tie() const {
-    return std::tie(device, dtype, m, n, k, transpose_a, transpose_b, epilogue, tf32, epilogue_aligned256);
+    return std::tie(device, dtype, m, n, k, transpose_a, transpose_b, epilogue, tf32, epilogue_aligned256,
+                    has_addend);
   }
   bool operator<(const AlgoKey& o) const { return tie() < o.tie(); }
 };
@@ -175,6 +177,12 @@ bool gemm_lt_supported(const Tensor& a, const Tensor& b, const Tensor& c, const 
         !aligned16(args.bias.data_ptr()))
       return false;
   }
+  if (args.addend.defined()) {
+    if (args.epilogue != LtEpilogue::None && args.epilogue != LtEpilogue::Bias) return false;
+    if (args.addend.dtype() != dt || args.addend.device() != c.device() || !args.addend.is_contiguous() ||
+        !aligned16(args.addend.data_ptr()) || args.addend.numel() != args.m * args.n)
+      return false;
+  }
   if (uses_aux(args.epilogue)) {
     if (!args.aux.defined() || args.aux.device() != c.device() || !args.aux.is_contiguous() ||
         !aligned16(args.aux.data_ptr()))
@@ -211,7 +219,7 @@ bool gemm_lt(const Tensor& a, const Tensor& b, const Tensor& c, const LtGemmArgs
                 dtype_name(args.aux.dtype()), m * n, dtype_name(c.dtype()));
     }
   }
-  const int device = device_of(c, {&a, &b, &args.bias, &args.aux}, "gemm_lt");
+  const int device = device_of(c, {&a, &b, &args.bias, &args.aux, &args.addend}, "gemm_lt");
   cuda::DeviceGuard guard(device);
 
   const bool tf32 = c.dtype() == DType::Float32 && cuda::allow_tf32();
@@ -250,8 +258,10 @@ bool gemm_lt(const Tensor& a, const Tensor& b, const Tensor& c, const LtGemmArgs
     return !t.defined() || (reinterpret_cast<uintptr_t>(t.data_ptr()) & 255) == 0;
   };
   const bool epilogue_aligned256 = aligned256(args.bias) && aligned256(args.aux);
-  const AlgoKey key{device,           c.dtype(),        m,        n,    k,
-                    args.transpose_a, args.transpose_b, epilogue, tf32, epilogue_aligned256};
+  const bool has_addend = args.addend.defined();
+  const AlgoKey key{device,   c.dtype(), m,    n,
+                    k,        args.transpose_a, args.transpose_b,
+                    epilogue, tf32,      epilogue_aligned256, has_addend};
   std::optional<cublasLtMatmulAlgo_t> algo;
   bool cached = false;
   {
@@ -285,12 +295,13 @@ bool gemm_lt(const Tensor& a, const Tensor& b, const Tensor& c, const LtGemmArgs
   if (!algo) return false;
 
   KernelTimer timer("gemm_lt", true);
-  const float alpha = 1.0f, beta = 0.0f;
+  const float alpha = 1.0f, beta = has_addend ? 1.0f : 0.0f;
   // beta = 0: C is not read; it is passed as D's own buffer and layout, as cuBLASLt requires for
-  // in-place-capable calls.
+  // in-place-capable calls. With an addend, C is the addend, laid out as D.
+  const void* c_in = has_addend ? args.addend.data_ptr() : c.data_ptr();
   DPT_CUBLAS_CHECK(cublasLtMatmul(handle, desc.get(), &alpha, b.data_ptr(), lt_a.get(), a.data_ptr(), lt_b.get(), &beta,
-                                  c.data_ptr(), lt_d.get(), c.data_ptr(), lt_d.get(), &*algo, workspace,
-                                  workspace_bytes, stream));
+                                  c_in, lt_d.get(), c.data_ptr(), lt_d.get(), &*algo, workspace, workspace_bytes,
+                                  stream));
   return true;
 }
 

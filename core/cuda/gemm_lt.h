@@ -35,6 +35,9 @@ struct LtGemmArgs {
   Tensor bias;
   // GeluAux/DGelu: [m, n] in C's dtype. ReluAux/DRelu: relu_mask_words(m, n) int32 words.
   Tensor aux;
+  // With None or Bias only: [m, n] in C's dtype, added before the one rounding to C (cuBLASLt's C
+  // operand at beta = 1): C = AB (+ bias) + addend. A residual connection's add inside the GEMM.
+  Tensor addend;
 };
 
 // Int32 words of the ReLU bit mask of an [m, n] result: cuBLASLt wants its leading dimension (bits

@@ -5,7 +5,8 @@
 // against the float64 truth in bfloat16, on shapes the fused cuBLASLt path takes (rows of 16-byte multiples, GPT-2's MLP) and on
 // shapes it must leave to the fallback; the fused and unfused CUDA paths against each other, including
 // a pair of linears (the consumer absorbs the producer's activation backward) and a producer whose
-// output has a second use.
+// output has a second use. dpt::linear_residual (the residual add inside the GEMM): finite differences
+// on the CPU, the fused CUDA op against the composition.
 //
 // Tolerances, relative to each element plus 0.1 x the largest magnitude (as tests/core/cuda_parity_test):
 //   float32: 1e-5 against the CPU's float32 (and fused against unfused) — the epilogue adds the bias in
@@ -29,6 +30,7 @@
 #include <functional>
 #include <memory>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "core/autograd.h"
@@ -241,6 +243,33 @@ TEST_F(LinearOp, TwoLinearsInARowGetTheirGradients) {
 // The bfloat16 yardstick of the CUDA tests below, on the CPU's bfloat16 composition (the arithmetic of
 // the unfused CUDA path): forward and gradients within 4e-2 of the float64 truth that takes the run's
 // own ReLU sign pattern, for a 2-D GPT-like product and a 3-D one.
+// residual + (x W^T + b): the residual's gradient is the output's, and x, W, b get linear's.
+Fn linear_residual_fn() {
+  return [](const Inputs& in) { return linear_residual(in[0], in[1], in.size() > 3 ? in[2] : Tensor{}, in.back()); };
+}
+
+TEST_F(LinearOp, LinearResidualGradientsMatchFiniteDifferences) {
+  for (bool with_bias : {true, false}) {
+    for (Shape x_shape : {Shape{4, 5}, Shape{2, 3, 5}}) {
+      SCOPED_TRACE(std::string(with_bias ? "bias " : "no bias ") + shape_str(x_shape));
+      Shape out_shape = x_shape;
+      out_shape.back() = 3;
+      Tensor x = normal(x_shape), w = normal({3, 5}), b = normal({3}), r = normal(out_shape);
+      expect_gradients_match(linear_residual_fn(), with_bias ? Inputs{x, w, b, r} : Inputs{x, w, r}, 1e-6);
+    }
+  }
+}
+
+TEST_F(LinearOp, LinearResidualOfTheWrongShapeIsAClearError) {
+  Tensor x = normal({4, 5}), w = normal({3, 5}), b = normal({3});
+  try {
+    linear_residual(x, w, b, normal({4, 5}));
+    FAIL() << "a [4, 5] residual for a [4, 3] output was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("residual of shape [4, 3]"), std::string::npos) << e.what();
+  }
+}
+
 TEST_F(LinearOp, Bfloat16CompositionIsWithinTheCudaTolerancesOfItsFloat64Truth) {
   const struct {
     Shape x;
@@ -460,6 +489,35 @@ TEST_F(CudaLinearOp, PairOfLinearsAbsorbsTheActivationBackward) {
           expect_results_close(fused, run_on(Device::cpu(), dtype, pair, in), 1e-5, what + " vs cpu");
         }
       }
+    }
+  }
+}
+
+// linear_residual adds the residual inside the GEMM (cuBLASLt's C at beta = 1) on the shapes the fused
+// path takes, alone and as the second of a GELU pair (the transformer MLP's proj). float32: against the
+// CPU's composition add(r, linear(...)). bfloat16: against the float64 truth on the same rounded inputs,
+// at the fused op's tolerance. The grad_fn shows the add did not run as its own op.
+TEST_F(CudaLinearOp, ResidualAddInsideTheGemmMatchesTheComposition) {
+  FusedSwitch on(true);
+  AbsorbSwitch all(LinearAbsorb::All);
+  const double s1 = 1 / std::sqrt(64.0), s2 = 1 / std::sqrt(256.0);
+  Fn single = linear_residual_fn();
+  Fn pair = [](const Inputs& v) { return linear_residual(linear(v[0], v[1], v[2], Activation::Gelu), v[3], v[4], v[5]); };
+  const Inputs single_in{normal({2, 16, 64}), mul(normal({256, 64}), s1), mul(normal({256}), s1), normal({2, 16, 256})};
+  const Inputs pair_in{normal({2, 16, 64}), mul(normal({256, 64}), s1), mul(normal({256}), s1),
+                       mul(normal({64, 256}), s2), mul(normal({64}), s2), normal({2, 16, 64})};
+  for (const auto& [name, f, in] : {std::tuple{"single", single, single_in}, std::tuple{"gelu pair", pair, pair_in}}) {
+    for (DType dtype : {DType::Float32, DType::BFloat16}) {
+      const std::string what = std::string(name) + " " + dtype_name(dtype);
+      SCOPED_TRACE(what);
+      const Result fused = run_on(Device::cuda(0), dtype, f, in);
+      const bool pair_absorbed = std::string(name) == "gelu pair" && dtype == DType::BFloat16;
+      EXPECT_EQ(fused.grad_fn, pair_absorbed ? "LinearPairBackward" : "LinearBackward");
+      // The residual's gradient is the output's: sum(out * w) gives it w, the same in every path.
+      const Result reference = dtype == DType::Float32 ? run_on(Device::cpu(), dtype, f, in)
+                                                       : run_on(Device::cpu(), DType::Float64, f, in, dtype);
+      expect_results_close(fused, reference, rtol_for(dtype, fused), what + " residual");
+      EXPECT_EQ(fused.grads.back(), reference.grads.back()) << what;
     }
   }
 }
