@@ -137,7 +137,7 @@ Tensor cross_entropy(Tensor&& logits, const Tensor& targets, int64_t ignore_inde
   }
   kernels::cross_entropy_with_grad(x, t, ignore_index, inverse, losses, lse, x);
   Tensor loss = mean_loss(losses, denominator);
-  record_op("CrossEntropyBackward", {logits}, {loss}, [x, lse](const std::vector<Tensor>& g) {
+  record_op("CrossEntropyFusedBackward", {logits}, {loss}, [x, lse](const std::vector<Tensor>& g) {
     // x holds the gradient for an upstream gradient of 1; the engine releases this closure when it
     // returns, leaving gx the buffer's only handle.
     Tensor gx = x;

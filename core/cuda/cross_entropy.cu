@@ -5,7 +5,9 @@
 // scale * (softmax - onehot(target)) in one pass; `scale` (= gy / count) stays on the device, so the
 // whole loss needs no host synchronisation. Rows of up to 1024 classes get one warp, longer rows (a
 // vocabulary) one block; rows are read with 16-byte vectors between a scalar head and tail, since a
-// row of an odd vocabulary size starts anywhere.
+// row of an odd vocabulary size starts anywhere. cross_entropy_with_grad does both passes in one kernel.
+// The exponentials run on the SFU (ce_exp): at GPT-2's vocabulary these kernels are bound by
+// instruction issue as much as by memory.
 #include <algorithm>
 #include <cstdlib>
 #include <tuple>
@@ -20,6 +22,60 @@ namespace {
 template <class T>
 using Stat = std::conditional_t<std::is_same_v<T, double>, double, float>;
 
+// e^x for the float statistics as 2^(x log2 e) on the special-function unit: one FMUL and one MUFU.EX2
+// (about 2 ulp) where expf's range reduction costs several more instructions, on the 823M elements per
+// pass of GPT-2's logits, where instruction issue rather than memory bounds these kernels. float64 logits
+// keep exp (gradient checks).
+template <class C>
+__device__ __forceinline__ C ce_exp(C x) {
+  if constexpr (std::is_same_v<C, float>) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x * 1.4426950408889634f));
+    return y;
+  } else {
+    return exp(x);
+  }
+}
+
+// online_add (core/cuda/row_reduce.cuh) with ce_exp.
+template <class C>
+__device__ __forceinline__ void ce_online_add(C& m, C& s, C x) {
+  if (x > m) {
+    s = s * ce_exp(m - x) + C(1);  // e^-inf = 0 handles the first element
+    m = x;
+  } else {
+    s += ce_exp(x - m);
+  }
+}
+
+// logsumexp of the row, known to every thread of it (a warp, or the whole block when !WarpRow).
+template <bool WarpRow, int V, class T, class C>
+__device__ __forceinline__ C row_logsumexp(const T* x, int64_t classes, int tid, int nthreads, C* scratch_m,
+                                           C* scratch_s) {
+  C m = neg_inf<C>(), s = 0;
+  row_visit<V>(x, classes, tid, nthreads, [&](int64_t, T v) { ce_online_add(m, s, convert<C>(v)); });
+  row_online<WarpRow>(m, s, scratch_m, scratch_s);
+  return m + fast_log(s);
+}
+
+// gx = scale (softmax(x) - onehot(t)) over a block's row: scale e^(x - lse) everywhere, then, after a
+// barrier, thread 0 rewrites the target's element from `target_logit`, the logit it read before anyone
+// could overwrite it (gx may be x). No per-element index test in the loop. An out-of-range target
+// leaves the row without the onehot term (its loss is NaN already).
+template <int V, bool Reverse, class T, class C>
+__device__ __forceinline__ void row_softmax_grad(const T* x, T* gx, int64_t classes, int64_t t, C target_logit,
+                                                 C lse, C scale) {
+  row_map<V, Reverse>(x, gx, classes, threadIdx.x, blockDim.x,
+                      [&](int64_t, T v) { return convert<T>(scale * ce_exp(convert<C>(v) - lse)); });
+  __syncthreads();
+  if (threadIdx.x == 0 && t >= 0 && t < classes) gx[t] = convert<T>(scale * (ce_exp(target_logit - lse) - C(1)));
+}
+
+template <class T>
+__device__ __forceinline__ void row_zero(T* gx, int64_t classes) {
+  for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) gx[j] = convert<T>(0.0f);
+}
+
 template <class T, class S, class I, int V, bool WarpRow>
 __global__ void __launch_bounds__(1024)
     cross_entropy_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t rows, int64_t classes,
@@ -29,11 +85,8 @@ __global__ void __launch_bounds__(1024)
   const RowSlot<WarpRow> slot;
   if (slot.row >= rows) return;
   const T* x = logits + slot.row * classes;
-  C m = neg_inf<C>(), s = 0;
-  row_visit<V>(x, classes, slot.tid, slot.nthreads, [&](int64_t, T v) { online_add(m, s, convert<C>(v)); });
-  row_online<WarpRow>(m, s, scratch_m, scratch_s);
+  const C lse = row_logsumexp<WarpRow, V>(x, classes, slot.tid, slot.nthreads, scratch_m, scratch_s);
   if (slot.tid != 0) return;
-  const C lse = m + fast_log(s);
   const int64_t t = static_cast<int64_t>(targets[slot.row]);
   C loss = 0;
   if (t != ignore_index) {
@@ -54,16 +107,10 @@ __global__ void __launch_bounds__(512)
   const T* x = logits + row * classes;
   T* gx = grad_logits + row * classes;
   const int64_t t = static_cast<int64_t>(targets[row]);
-  if (t == ignore_index) {
-    for (int64_t j = threadIdx.x; j < classes; j += blockDim.x) gx[j] = convert<T>(0.0f);
-    return;
-  }
-  const C scale = convert<C>(grad_scale[0]);
-  const C lse = convert<C>(logsumexp[row]);
-  row_map<V>(x, gx, classes, threadIdx.x, blockDim.x, [&](int64_t j, T v) {
-    const C p = fast_exp(convert<C>(v) - lse);
-    return convert<T>(scale * (p - (j == t ? C(1) : C(0))));
-  });
+  if (t == ignore_index) return row_zero(gx, classes);
+  const C target_logit = threadIdx.x == 0 && t >= 0 && t < classes ? convert<C>(x[t]) : C(0);
+  row_softmax_grad<V, false>(x, gx, classes, t, target_logit, convert<C>(logsumexp[row]),
+                             convert<C>(grad_scale[0]));
 }
 
 // cross_entropy_kernel and cross_entropy_backward_kernel over one row in one block: the forward's read of
@@ -85,25 +132,15 @@ __global__ void __launch_bounds__(512)
   T* gx = grad_logits + row * classes;
   const int64_t t = static_cast<int64_t>(targets[row]);
   const bool counted = t != ignore_index, in_range = t >= 0 && t < classes;
-  const C target_logit = counted && in_range && threadIdx.x == 0 ? convert<C>(x[t]) : C(0);
-  C m = neg_inf<C>(), s = 0;
-  row_visit<V>(x, classes, threadIdx.x, blockDim.x, [&](int64_t, T v) { online_add(m, s, convert<C>(v)); });
-  row_online<false>(m, s, scratch_m, scratch_s);
-  const C lse = m + fast_log(s);
+  const C target_logit = in_range && threadIdx.x == 0 ? convert<C>(x[t]) : C(0);
+  const C lse = row_logsumexp<false, V>(x, classes, threadIdx.x, blockDim.x, scratch_m, scratch_s);
   if (threadIdx.x == 0) {
     // A kernel cannot throw: an out-of-range target gives a NaN loss instead of a wild read.
     logsumexp[row] = convert<S>(lse);
     losses[row] = convert<S>(!counted ? C(0) : in_range ? lse - target_logit : static_cast<C>(NAN));
   }
-  if (!counted) {
-    row_map<V, true>(x, gx, classes, threadIdx.x, blockDim.x, [](int64_t, T) { return convert<T>(0.0f); });
-    return;
-  }
-  const C scale = convert<C>(grad_scale[0]);
-  row_map<V, true>(x, gx, classes, threadIdx.x, blockDim.x, [&](int64_t j, T v) {
-    const C p = fast_exp(convert<C>(v) - lse);
-    return convert<T>(scale * (p - (j == t ? C(1) : C(0))));
-  });
+  if (!counted) return row_zero(gx, classes);
+  row_softmax_grad<V, true>(x, gx, classes, t, target_logit, lse, convert<C>(grad_scale[0]));
 }
 
 // x *= scale unless scale == 1; every block reads the scale and leaves at once when it is 1.
