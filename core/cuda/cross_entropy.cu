@@ -9,7 +9,6 @@
 // The exponentials run on the SFU (ce_exp): at GPT-2's vocabulary these kernels are bound by
 // instruction issue as much as by memory.
 #include <algorithm>
-#include <cstdlib>
 #include <tuple>
 
 #include "core/cuda/cuda_kernels.h"
@@ -154,25 +153,6 @@ __global__ void scale_unless_one_kernel(T* x, int64_t n, const S* __restrict__ s
     x[i] = convert<T>(convert<C>(x[i]) * c);
 }
 
-// Rows in flight per SM for the fused kernel: each one's re-read should find it in L2 (50 MB on an H100,
-// a GPT-2 row is 100 KB). Unused shared memory is the only residency cap CUDA offers: asking each block
-// for more than 1 / (cap + 1) of an SM's shared memory leaves room for at most `cap` blocks. Rows short
-// enough that every resident block's row fits L2 need no cap (0 bytes).
-size_t residency_cap_bytes(int device, int64_t row_bytes) {
-  int cap = 2;
-  if (const char* env = std::getenv("DPT_CE_FUSED_BLOCKS_PER_SM")) cap = std::atoi(env);
-  if (cap <= 0 || row_bytes < (64 << 10)) return 0;
-  int per_sm = 0;
-  DPT_CUDA_CHECK(cudaDeviceGetAttribute(&per_sm, cudaDevAttrMaxSharedMemoryPerMultiprocessor, device));
-  return static_cast<size_t>(per_sm / (cap + 1) + 1024);
-}
-
-template <class Kernel>
-void set_dynamic_smem(Kernel kernel, size_t bytes) {
-  if (bytes > 48 * 1024)
-    DPT_CUDA_CHECK(cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(bytes)));
-}
-
 }  // namespace
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
@@ -279,25 +259,17 @@ void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_
         using I = decltype(itag);
         const int threads = classes <= kWarpRowMax ? 32 : 512;
         const auto grid = static_cast<unsigned>(rows);
-        const size_t cap_bytes = residency_cap_bytes(device, classes * static_cast<int64_t>(sizeof(T)));
         auto args = std::make_tuple(ptr<const T>(logits), ptr<const I>(targets), classes, ignore_index,
                                     ptr<const S>(grad_scale), ptr<S>(losses), ptr<S>(logsumexp), ptr<T>(grad_logits));
         if (same_alignment({logits.data_ptr(), grad_logits.data_ptr()})) {
           std::apply(
               [&](auto... a) {
-                auto* kernel = cross_entropy_with_grad_kernel<T, S, I, vec_width<T>()>;
-                set_dynamic_smem(kernel, cap_bytes);
-                kernel<<<grid, threads, cap_bytes, stream>>>(a...);
+                cross_entropy_with_grad_kernel<T, S, I, vec_width<T>()><<<grid, threads, 0, stream>>>(a...);
               },
               args);
         } else {
-          std::apply(
-              [&](auto... a) {
-                auto* kernel = cross_entropy_with_grad_kernel<T, S, I, 1>;
-                set_dynamic_smem(kernel, cap_bytes);
-                kernel<<<grid, threads, cap_bytes, stream>>>(a...);
-              },
-              args);
+          std::apply([&](auto... a) { cross_entropy_with_grad_kernel<T, S, I, 1><<<grid, threads, 0, stream>>>(a...); },
+                     args);
         }
         DPT_CUDA_CHECK_LAUNCH();
       });
