@@ -14,17 +14,24 @@ DType stats_dtype(DType input) { return input == DType::Float64 ? DType::Float64
 
 }  // namespace
 
-Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps) {
-  DPT_CHECK(x_in.dim() >= 1 && weight.dim() == 1 && bias.dim() == 1 && x_in.size(-1) == weight.size(0) &&
+namespace {
+
+void check_layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias) {
+  DPT_CHECK(x.dim() >= 1 && weight.dim() == 1 && bias.dim() == 1 && x.size(-1) == weight.size(0) &&
                 bias.size(0) == weight.size(0),
-            "layer_norm: input {} does not fit weight {} and bias {}", shape_str(x_in.shape()),
-            shape_str(weight.shape()), shape_str(bias.shape()));
-  DPT_CHECK(x_in.device() == weight.device() && x_in.device() == bias.device(),
-            "layer_norm: input on {}, weight on {}, bias on {}", x_in.device().str(), weight.device().str(),
+            "layer_norm: input {} does not fit weight {} and bias {}", shape_str(x.shape()), shape_str(weight.shape()),
+            shape_str(bias.shape()));
+  DPT_CHECK(x.device() == weight.device() && x.device() == bias.device(),
+            "layer_norm: input on {}, weight on {}, bias on {}", x.device().str(), weight.device().str(),
             bias.device().str());
-  DPT_CHECK(is_floating(x_in.dtype()) && weight.dtype() == bias.dtype(),
-            "layer_norm: input {} with weight {} and bias {}", dtype_name(x_in.dtype()), dtype_name(weight.dtype()),
-            dtype_name(bias.dtype()));
+  DPT_CHECK(is_floating(x.dtype()) && weight.dtype() == bias.dtype(), "layer_norm: input {} with weight {} and bias {}",
+            dtype_name(x.dtype()), dtype_name(weight.dtype()), dtype_name(bias.dtype()));
+}
+
+// The forward kernel, and the backward recorded for `outputs`: {y} or {y, skip}. The gradient reaching
+// the second output, if any, is added to gx by the backward kernel.
+Tensor layer_norm_recorded(const Tensor& x_in, const Tensor& weight, const Tensor& bias, double eps,
+                           const Tensor& skip) {
   Tensor x = x_in.contiguous();
   int64_t n = x.size(-1);
   int64_t rows = n == 0 ? 0 : x.numel() / n;
@@ -34,17 +41,36 @@ Tensor layer_norm(const Tensor& x_in, const Tensor& weight, const Tensor& bias, 
   Tensor rstd = Tensor::empty({rows}, stats);
   DPT_KERNEL_DISPATCH(x.device(), layer_norm_forward, x, weight.contiguous(), bias.contiguous(), y, mean, rstd, rows, n,
                       eps);
-  record_op("LayerNormBackward", {x_in, weight, bias}, {y},
+  std::vector<Tensor> outputs{y};
+  if (skip.defined()) outputs.push_back(skip);
+  record_op(skip.defined() ? "LayerNormAndSkipBackward" : "LayerNormBackward", {x_in, weight, bias}, outputs,
             [x = x.detach(), w = weight.detach(), mean, rstd, rows, n](const std::vector<Tensor>& g) {
+              const Tensor add = g.size() > 1 && g[1].defined() ? g[1].to(x.dtype()).contiguous() : Tensor();
+              if (!g[0].defined()) return std::vector<Tensor>{add.reshape(x.shape()), Tensor(), Tensor()};
               Tensor gy = g[0].contiguous();
               Tensor gx = Tensor::empty(x.shape(), x.options());
               Tensor gw = Tensor::empty(w.shape(), w.options());
               Tensor gb = Tensor::empty(w.shape(), w.options());
               DPT_KERNEL_DISPATCH(x.device(), layer_norm_backward, gy, x, w.contiguous(), mean, rstd, gx, gw, gb, rows,
-                                  n);
+                                  n, add);
               return std::vector<Tensor>{gx, gw, gb};
             });
   return y;
+}
+
+}  // namespace
+
+Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_layer_norm(x, weight, bias);
+  return layer_norm_recorded(x, weight, bias, eps, Tensor());
+}
+
+NormAndSkip layer_norm_and_skip(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps) {
+  check_layer_norm(x, weight, bias);
+  // The skip output shares x's memory; its own autograd identity comes from record_op.
+  Tensor skip = x.detach();
+  Tensor normed = layer_norm_recorded(x, weight, bias, eps, skip);
+  return {normed, skip};
 }
 
 }  // namespace dpt

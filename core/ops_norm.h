@@ -11,4 +11,14 @@ namespace dpt {
 
 Tensor layer_norm(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
 
+// A pre-LN residual block reads x twice: normalized, into the branch, and as is, into the skip connection
+// (h = x + f(layer_norm(x))). This op returns both: `normed` = layer_norm(x) and `skip`, the same values
+// as x under a handle of its own. Backward then gets both gradients at once and adds the skip's inside
+// the LayerNorm backward kernel, before its one rounding, where the usual graph would run a separate add
+// of the two gradients of x.
+struct NormAndSkip {
+  Tensor normed, skip;
+};
+NormAndSkip layer_norm_and_skip(const Tensor& x, const Tensor& weight, const Tensor& bias, double eps = 1e-5);
+
 }  // namespace dpt

@@ -12,11 +12,20 @@ LayerNorm::LayerNorm(int64_t dim, double eps) : eps_(eps) {
 }
 
 Tensor LayerNorm::forward(const Tensor& x) {
-  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(0), "LayerNorm: expected input [..., {}], found {}",
-            weight.size(0), shape_str(x.shape()));
+  check_input(x);
   // One fused op (core/ops_norm.h): statistics in float32 for bf16 input, one read and one write of x
   // forward, deterministic weight/bias gradients.
   return layer_norm(x, weight, bias, eps_);
+}
+
+NormAndSkip LayerNorm::forward_and_skip(const Tensor& x) {
+  check_input(x);
+  return layer_norm_and_skip(x, weight, bias, eps_);
+}
+
+void LayerNorm::check_input(const Tensor& x) const {
+  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(0), "LayerNorm: expected input [..., {}], found {}",
+            weight.size(0), shape_str(x.shape()));
 }
 
 }  // namespace dpt::nn

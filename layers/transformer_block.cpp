@@ -28,9 +28,12 @@ TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropou
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {
-  // x + attn(ln1(x)), then h + mlp(ln2(h)), each add inside the branch's output projection.
-  Tensor h = attn->forward_residual(ln1->forward(x), x);
-  return mlp->forward_residual(ln2->forward(h), h);
+  // x + attn(ln1(x)), then h + mlp(ln2(h)). Each add runs inside the branch's output projection, and
+  // each skip connection's gradient joins the branch's inside the LayerNorm backward.
+  const auto [a, x_skip] = ln1->forward_and_skip(x);
+  Tensor h = attn->forward_residual(a, x_skip);
+  const auto [m, h_skip] = ln2->forward_and_skip(h);
+  return mlp->forward_residual(m, h_skip);
 }
 
 }  // namespace dpt::nn

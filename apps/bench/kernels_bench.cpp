@@ -137,7 +137,7 @@ int run_kernels_bench(int argc, char** argv) {
   cases.push_back({"layer_norm forward", rc, 2 * nrows * nc * elt + 8 * nrows,
                    [&] { DPT_KERNEL_DISPATCH(device, layer_norm_forward, x, w, b, y, mean, rstd, rows, c, 1e-5); }});
   cases.push_back({"layer_norm backward", rc, 3 * nrows * nc * elt + 8 * nrows, [&] {
-                     DPT_KERNEL_DISPATCH(device, layer_norm_backward, gy, x, w, mean, rstd, gx, gw, gb, rows, c);
+                     DPT_KERNEL_DISPATCH(device, layer_norm_backward, gy, x, w, mean, rstd, gx, gw, gb, rows, c, Tensor());
                    }});
   // split(qkv)'s backward: three [B, T, C] gradients concatenated along the last dim.
   cases.push_back({"concat q/k/v grads (split backward)", dims(rows, c, "3 x "), 6 * nrows * nc * elt, [&] {

@@ -50,7 +50,7 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
-                         int64_t rows, int64_t n) {
+                         int64_t rows, int64_t n, const Tensor& grad_add) {
   visit_floating(x.dtype(), "layer_norm backward", [&](auto xt) {
     using T = decltype(xt);
     using S = Stats<T>;
@@ -75,10 +75,11 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
         mean_g /= static_cast<double>(n);
         mean_gx /= static_cast<double>(n);
         T* pgx = grad_x.data<T>() + r * n;
+        const T* pga = grad_add.defined() ? grad_add.data<T>() + r * n : nullptr;
         for (int64_t i = 0; i < n; ++i) {
           double xhat = (convert<double>(px[i]) - mu) * rs;
           double g = convert<double>(pgy[i]) * convert<double>(pw[i]);
-          pgx[i] = convert<T>(rs * (g - mean_g - xhat * mean_gx));
+          pgx[i] = convert<T>(rs * (g - mean_g - xhat * mean_gx) + (pga ? convert<double>(pga[i]) : 0.0));
         }
       }
       for (int64_t i = 0; i < n; ++i) {

@@ -102,11 +102,13 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
-template <class T, class W, class S, int K>
+// ga (the skip connection's gradient, added to gx) is read only when Add.
+template <class T, class W, class S, int K, bool Add>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     layer_norm_backward_warp_kernel(const T* __restrict__ gy, const T* __restrict__ x, const W* __restrict__ w,
                                     const S* __restrict__ mean, const S* __restrict__ rstd, T* __restrict__ gx,
-                                    S* __restrict__ partial_gw, S* __restrict__ partial_gb, int64_t rows, int n) {
+                                    const T* __restrict__ ga, S* __restrict__ partial_gw, S* __restrict__ partial_gb,
+                                    int64_t rows, int n) {
   constexpr int V = vec_width<T>();
   using C = S;
   extern __shared__ unsigned char ln_smem[];  // ln_backward_smem_bytes<S, K, V>(): the reduction below
@@ -149,15 +151,21 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     const C mean_g = warp_sum(sum_g) / static_cast<C>(n);
     const C mean_gx = warp_sum(sum_gx) / static_cast<C>(n);
     auto* gxv = reinterpret_cast<Vec<T, V>*>(gx + row * n);
+    const Vec<T, V>* gav = nullptr;
+    if constexpr (Add) gav = reinterpret_cast<const Vec<T, V>*>(ga + row * n);
 #pragma unroll
     for (int k = 0; k < K; ++k) {
       const int j = lane + 32 * k;
       if (j < nvec) {
         const Vec<W, V> wt = wv[j];  // re-read from L1 rather than held in registers across the shuffles
+        Vec<T, V> add;
+        if constexpr (Add) add = gav[j];
         Vec<T, V> out;
 #pragma unroll
         for (int q = 0; q < V; ++q) {
-          out.v[q] = convert<T>(rs * (dy[k][q] * convert<C>(wt.v[q]) - mean_g - xhat[k][q] * mean_gx));
+          C v = rs * (dy[k][q] * convert<C>(wt.v[q]) - mean_g - xhat[k][q] * mean_gx);
+          if constexpr (Add) v += convert<C>(add.v[q]);
+          out.v[q] = convert<T>(v);
           acc_w[k][q] += dy[k][q] * xhat[k][q];
           acc_b[k][q] += dy[k][q];
         }
@@ -255,8 +263,8 @@ __global__ void layer_norm_forward_kernel(const T* __restrict__ x, const W* __re
 template <class T, class W, class S>
 __global__ void layer_norm_backward_kernel(const T* __restrict__ gy, const T* __restrict__ x, const W* __restrict__ w,
                                            const S* __restrict__ mean, const S* __restrict__ rstd, T* __restrict__ gx,
-                                           S* __restrict__ partial_gw, S* __restrict__ partial_gb, int64_t rows,
-                                           int64_t n) {
+                                           const T* __restrict__ ga, S* __restrict__ partial_gw,
+                                           S* __restrict__ partial_gb, int64_t rows, int64_t n) {
   using C = S;
   __shared__ C scratch[32];
   const int64_t first = static_cast<int64_t>(blockIdx.x) * kRowsPerChunk;
@@ -284,7 +292,8 @@ __global__ void layer_norm_backward_kernel(const T* __restrict__ gy, const T* __
     for (int64_t i = threadIdx.x; i < n; i += blockDim.x) {
       C dy = convert<C>(gyr[i]);
       C xhat = (convert<C>(xr[i]) - mu) * rs;
-      gxr[i] = convert<T>(rs * (dy * convert<C>(w[i]) - mean_g - xhat * mean_gx));
+      const C add = ga ? convert<C>(ga[row * n + i]) : C(0);  // the skip connection's gradient, if any
+      gxr[i] = convert<T>(rs * (dy * convert<C>(w[i]) - mean_g - xhat * mean_gx) + add);
       pgw[i] += dy * xhat;
       pgb[i] += dy;
     }
@@ -403,8 +412,9 @@ void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bia
 
 void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& weight, const Tensor& mean,
                          const Tensor& rstd, const Tensor& grad_x, const Tensor& grad_weight, const Tensor& grad_bias,
-                         int64_t rows, int64_t n) {
+                         int64_t rows, int64_t n, const Tensor& grad_add) {
   if (n == 0) return;
+  const bool add = grad_add.defined();
   int device = x.device().index;
   cudaStream_t stream = cuda::current_stream(device);
   visit_floating(x.dtype(), "layer_norm backward", [&](auto xt) {
@@ -420,7 +430,7 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
       int k = 0;
       if constexpr (kWarpRowWeights<T, W>) {
         k = std::min(warp_row_vectors<T, W>(n, x.data_ptr(), grad_x.data_ptr(), weight.data_ptr(), nullptr),
-                     aligned16(grad_y.data_ptr()) ? 8 : 0);
+                     aligned16(grad_y.data_ptr()) && (!add || aligned16(grad_add.data_ptr())) ? 8 : 0);
       }
       // Partial rows: one per block on the fast path (the grid depends on `rows` only), one per chunk
       // of kRowsPerChunk rows otherwise.
@@ -433,23 +443,24 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
         if (k > 0) {
           with_vectors(k, [&](auto kc) {
             constexpr int K = decltype(kc)::value;
-            auto* kernel = layer_norm_backward_warp_kernel<T, W, S, K>;
+            auto* kernel = add ? layer_norm_backward_warp_kernel<T, W, S, K, true>
+                               : layer_norm_backward_warp_kernel<T, W, S, K, false>;
             constexpr size_t smem = ln_backward_smem_bytes<S, K, vec_width<T>()>();
             if constexpr (smem > 48 * 1024) {  // wide rows: past the default dynamic shared memory limit
               DPT_CUDA_CHECK(
                   cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
             }
             kernel<<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32, smem, stream>>>(
-                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(), pgw,
-                pgb, rows, static_cast<int>(n));
+                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(),
+                add ? grad_add.data<T>() : nullptr, pgw, pgb, rows, static_cast<int>(n));
           });
         }
       }
       if (k == 0) {
         layer_norm_backward_kernel<T, W, S>
             <<<static_cast<unsigned>(chunks), std::min(row_threads(n), 256), 0, stream>>>(
-                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(), pgw,
-                pgb, rows, n);
+                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(),
+                add ? grad_add.data<T>() : nullptr, pgw, pgb, rows, n);
       }
       DPT_CUDA_CHECK_LAUNCH();
       column_sum_kernel<W, S><<<static_cast<unsigned>(ceil_div(n, 32)), dim3(32, kSumLanes), 0, stream>>>(
