@@ -196,6 +196,30 @@ TEST(CudaFlashAttention, MmaKernelsMatchCpuAtTileBoundariesInBfloat16) {
   }
 }
 
+// Each row's arithmetic in the mma kernels does not depend on how rows are grouped into warps and blocks
+// (a warp of the forward owns 2 row blocks of 16 with 4 warps, 1 with DPT_FLASH_MMA_WARPS=8; the key
+// tiles a row visits are the same), so the two arrangements give the same bits, around every tile edge.
+TEST(CudaFlashAttention, MmaRowGroupingLeavesEveryBitUnchanged) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScopedEnv impl("DPT_FLASH_IMPL", "mma");
+  TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
+  for (int64_t t : {1, 17, 31, 33, 64, 65, 127, 128, 129, 200, 300}) {
+    Generator gen(700 + t);
+    Tensor q = randn({2, 3, t, 64}, gen, opts), k = randn({2, 3, t, 64}, gen, opts);
+    Tensor v = randn({2, 3, t, 64}, gen, opts), g = randn({2, 3, t, 64}, gen, opts);
+    auto attention = [](auto x, auto y, auto z) { return causal_attention(x, y, z, 0.125); };
+    Outcome four = run(attention, q, k, v, g, Device::cuda(0));
+    ScopedEnv env("DPT_FLASH_MMA_WARPS", "8");
+    Outcome eight = run(attention, q, k, v, g, Device::cuda(0));
+    const std::string what = "T=" + std::to_string(t);
+    auto bits = [](const Tensor& x) { return x.to(Device::cpu()).to(DType::Float64).to_vector<double>(); };
+    EXPECT_EQ(bits(four.out), bits(eight.out)) << "output " << what;
+    EXPECT_EQ(bits(four.gq), bits(eight.gq)) << "dq " << what;
+    EXPECT_EQ(bits(four.gk), bits(eight.gk)) << "dk " << what;
+    EXPECT_EQ(bits(four.gv), bits(eight.gv)) << "dv " << what;
+  }
+}
+
 // The mma kernels fold a positive scale into the exponent; a negative scale (no attention layer uses
 // one, but the op allows it) takes the WMMA kernels and must still match the CPU.
 TEST(CudaFlashAttention, NegativeScaleMatchesCpuInBfloat16) {
