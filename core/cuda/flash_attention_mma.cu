@@ -28,15 +28,12 @@
 // the bits of every result, are the same for every layout. Row starts must be 16-byte aligned (the host
 // checks flash_mma_operands_aligned) because the tile loads are 16-byte cp.async vectors.
 //
-// Kernels (W warps, each owning 16 rows of the block's tile, R x 16 in the forward; W = 4, or 8 at D = 64
-// with DPT_FLASH_MMA_WARPS=8, for tuning):
-//   forward   grid (bh, query tiles of 16 R W): each warp owns R row blocks of 16 (R = 2 at D <= 64 with
-//             4 warps, FlashAttention-2's arrangement), so every K and V fragment it loads with ldmatrix
-//             feeds R mma: with R = 1, one ldmatrix per two mma made shared memory the limit. Q fragments
-//             stay in registers; K and V tiles of 64 keys stream through two cp.async stages (the next
-//             tile loads during this tile's math); O, m, l live in the accumulator registers. The
-//             positive scale is folded into the exponent: m is tracked on the raw scores,
-//             p = 2^(s scale log2(e) - m') in one FFMA + EX2. Each row's arithmetic is the same for any R.
+// Kernels (W warps, each owning 16 rows of the block's tile; W = 4, or 8 at D = 64 with
+// DPT_FLASH_MMA_WARPS=8, for tuning):
+//   forward   grid (bh, query tiles of 16 W): Q fragments stay in registers; K and V tiles of 64 keys
+//             stream through two cp.async stages (the next tile loads during this tile's math);
+//             O, m, l live in the accumulator registers. The positive scale is folded into the
+//             exponent: m is tracked on the raw scores, p = 2^(s scale log2(e) - m') in one FFMA + EX2.
 //   prep      one warp per row: dvec = dO . O and the logsumexp in log2 units, both padded with
 //             (+inf, 0) to a multiple of 128 rows so the tiles below load them without bounds checks.
 //   dK/dV     grid (bh, key tiles of 16 W): query tiles of 64 rows (Q, dO, lse, dvec) stream through
@@ -163,13 +160,9 @@ __device__ __forceinline__ void load_tile_async(const bf16_t* __restrict__ src, 
 template <int D>
 constexpr int kLdOf = D + 8;
 
-// Query row blocks of 16 per warp in the forward (see the top): 2 where the registers allow it.
-template <int D, int W>
-constexpr int kForwardRowBlocks = D <= 64 && W == 4 ? 2 : 1;
-
 template <int D, int W>
 constexpr size_t forward_bytes() {
-  return sizeof(bf16_t) * static_cast<size_t>(16 * kForwardRowBlocks<D, W> * W + 4 * kKeyTile) * kLdOf<D>;
+  return sizeof(bf16_t) * static_cast<size_t>(16 * W + 4 * kKeyTile) * kLdOf<D>;
 }
 template <int D, int W>
 constexpr size_t backward_kv_bytes() {
@@ -181,26 +174,22 @@ constexpr size_t backward_q_bytes() {
 }
 
 // ---------------------------------------------------------------------------------------------------
-// Forward. grid (bh, query tiles of 16 R W), the heaviest query tiles (most keys) first. Warp w owns the
-// R row blocks of 16 from wq0 = q0 + 16 R w; every K and V fragment it loads feeds one mma per row block.
-template <int D, int W, int R>
-__global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? (R == 2 ? 2 : 4) : 1)
+// Forward. grid (bh, query tiles of 16 W), the heaviest query tiles (most keys) first.
+template <int D, int W>
+__global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
     flash_forward_mma_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
                              bf16_t* __restrict__ out, float* __restrict__ lse, const AttentionLayouts lay, int t,
                              float scale_log2) {
-  constexpr int kThreads = 32 * W, kBr = 16 * R * W, kBc = kKeyTile, kLd = kLdOf<D>;
+  constexpr int kThreads = 32 * W, kBr = 16 * W, kBc = kKeyTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBc * kLd;  // one K or V stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBc / 8, kKs = kBc / 16;
-  // A key tile starts at a multiple of kBc and a warp's rows at a multiple of 16 R, which divides kBc:
-  // a tile that reaches the warp's last row starts at or before its first (see the skip test below).
-  static_assert(kBc % (16 * R) == 0, "a visible key tile starts at or before the warp's first row");
   extern __shared__ __align__(128) unsigned char mma_smem[];
   const uint32_t qs = smem_u32(mma_smem);   // [kBr][kLd]
   const uint32_t kv = qs + 2u * kBr * kLd;  // stage s: K at kv + 2 s kTileBytes, V after it
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const uint32_t a_off = a_lane<kLd>(lane), bt_off = bt_lane<kLd>(lane);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
-  const int wq0 = q0 + 16 * R * warp;  // the warp's first query
+  const int wq0 = q0 + 16 * warp;  // the warp's first query
   const int64_t qrs = lay.q.row_stride, krs = lay.k.row_stride, vrs = lay.v.row_stride, ors = lay.out.row_stride;
   const bf16_t* qh = q + lay.q.head_start(blockIdx.x);
   const bf16_t* kh = k + lay.k.head_start(blockIdx.x);
@@ -213,23 +202,13 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? (R == 2 ? 2 : 4) :
   load_tile_async<D, kBc, kThreads>(vh, vrs, 0, t, kv + kTileBytes);
   cp_async_commit();
 
-  uint32_t qf[R][kKd][4];
-  float o[R][kNd][4];
+  uint32_t qf[kKd][4];
+  float o[kNd][4];
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-#pragma unroll
-    for (int n = 0; n < kNd; ++n) o[r][n][0] = o[r][n][1] = o[r][n][2] = o[r][n][3] = 0.0f;
-  }
-  // Rows g and g + 8 of each row block: running max (log2 units, scaled) and this lane's part of the sum.
-  float m0[R], m1[R], l0[R], l1[R];
-  int r0[R], r1[R];
-#pragma unroll
-  for (int r = 0; r < R; ++r) {
-    m0[r] = m1[r] = -INFINITY;
-    l0[r] = l1[r] = 0.0f;
-    r0[r] = wq0 + 16 * r + g;
-    r1[r] = r0[r] + 8;
-  }
+  for (int n = 0; n < kNd; ++n) o[n][0] = o[n][1] = o[n][2] = o[n][3] = 0.0f;
+  // Rows g and g + 8 of the warp: running max (log2 units, scaled) and this lane's part of the sum.
+  float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
+  const int r0 = wq0 + g, r1 = r0 + 8;
 
   for (int kt = 0; kt < n_tiles; ++kt) {
     if (kt + 1 < n_tiles) {
@@ -244,130 +223,107 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? (R == 2 ? 2 : 4) :
     __syncthreads();
     if (kt == 0) {
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int kk = 0; kk < kKd; ++kk) ldsm_x4(qf[r][kk], qs + a_off + at<kLd>(16 * (R * warp + r), 16 * kk));
-      }
+      for (int kk = 0; kk < kKd; ++kk) ldsm_x4(qf[kk], qs + a_off + at<kLd>(16 * warp, 16 * kk));
     }
     const int k0 = kt * kBc;
     const uint32_t ks = kv + (kt & 1) * 2 * kTileBytes + bt_off;
     const uint32_t vs = kv + (kt & 1) * 2 * kTileBytes + kTileBytes + a_off;
-    // The warp sees at least one key of this tile (warp-uniform). Then k0 <= wq0 (static_assert above),
-    // so every row of the warp sees key k0 and its running max is finite after this tile.
-    if (k0 <= wq0 + 16 * R - 1) {
-      float s[R][kNs][4];
+    // The warp sees at least one key of this tile (warp-uniform). Then k0 <= wq0 (both multiples of
+    // 16), so every row of the warp sees key k0 and its running max is finite after this tile.
+    if (k0 <= wq0 + 15) {
+      float s[kNs][4];
 #pragma unroll
-      for (int r = 0; r < R; ++r) {
-#pragma unroll
-        for (int j = 0; j < kNs; ++j) s[r][j][0] = s[r][j][1] = s[r][j][2] = s[r][j][3] = 0.0f;
-      }
+      for (int j = 0; j < kNs; ++j) s[j][0] = s[j][1] = s[j][2] = s[j][3] = 0.0f;
 #pragma unroll
       for (int kk = 0; kk < kKd; ++kk) {
 #pragma unroll
         for (int jb = 0; jb < kKs; ++jb) {
           uint32_t b[4];
           ldsm_x4(b, ks + at<kLd>(16 * jb, 16 * kk));
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            mma_bf16(s[r][2 * jb], qf[r][kk], b[0], b[1]);
-            mma_bf16(s[r][2 * jb + 1], qf[r][kk], b[2], b[3]);
-          }
+          mma_bf16(s[2 * jb], qf[kk], b[0], b[1]);
+          mma_bf16(s[2 * jb + 1], qf[kk], b[2], b[3]);
         }
       }
-      uint32_t pf[R][kKs][4];
-#pragma unroll
-      for (int r = 0; r < R; ++r) {
-        // Mask keys after the row where the tile crosses the warp's diagonal.
-        if (k0 + kBc - 1 > wq0) {
-#pragma unroll
-          for (int j = 0; j < kNs; ++j) {
-            const int c = k0 + 8 * j + 2 * tq;
-            if (c > r0[r]) s[r][j][0] = -INFINITY;
-            if (c + 1 > r0[r]) s[r][j][1] = -INFINITY;
-            if (c > r1[r]) s[r][j][2] = -INFINITY;
-            if (c + 1 > r1[r]) s[r][j][3] = -INFINITY;
-          }
-        }
-        // Row maxima of the raw scores (a pairwise tree, not a chain), then in scaled log2 units: the
-        // scale is positive, so max(s) scale = max(s scale).
-        float mx0[kNs], mx1[kNs];
+      // Mask keys after the row where the tile crosses the warp's diagonal.
+      if (k0 + kBc - 1 > wq0) {
 #pragma unroll
         for (int j = 0; j < kNs; ++j) {
-          mx0[j] = fmaxf(s[r][j][0], s[r][j][1]);
-          mx1[j] = fmaxf(s[r][j][2], s[r][j][3]);
+          const int c = k0 + 8 * j + 2 * tq;
+          if (c > r0) s[j][0] = -INFINITY;
+          if (c + 1 > r0) s[j][1] = -INFINITY;
+          if (c > r1) s[j][2] = -INFINITY;
+          if (c + 1 > r1) s[j][3] = -INFINITY;
         }
-#pragma unroll
-        for (int w = kNs / 2; w > 0; w /= 2) {
-#pragma unroll
-          for (int j = 0; j < w; ++j) {
-            mx0[j] = fmaxf(mx0[j], mx0[j + w]);
-            mx1[j] = fmaxf(mx1[j], mx1[j + w]);
-          }
-        }
-        const float mn0 = fmaxf(m0[r], quad_max(mx0[0]) * scale_log2);
-        const float mn1 = fmaxf(m1[r], quad_max(mx1[0]) * scale_log2);
-        const float alpha0 = fast_exp2(m0[r] - mn0), alpha1 = fast_exp2(m1[r] - mn1);
-        m0[r] = mn0;
-        m1[r] = mn1;
-#pragma unroll
-        for (int n = 0; n < kNd; ++n) {
-          o[r][n][0] *= alpha0;
-          o[r][n][1] *= alpha0;
-          o[r][n][2] *= alpha1;
-          o[r][n][3] *= alpha1;
-        }
-        float sum0[2] = {0.0f, 0.0f}, sum1[2] = {0.0f, 0.0f};
-#pragma unroll
-        for (int j = 0; j < kNs; ++j) {
-          const float p0 = fast_exp2(fmaf(s[r][j][0], scale_log2, -mn0));
-          const float p1 = fast_exp2(fmaf(s[r][j][1], scale_log2, -mn0));
-          const float p2 = fast_exp2(fmaf(s[r][j][2], scale_log2, -mn1));
-          const float p3 = fast_exp2(fmaf(s[r][j][3], scale_log2, -mn1));
-          sum0[j & 1] += p0 + p1;
-          sum1[j & 1] += p2 + p3;
-          pf[r][j / 2][2 * (j & 1)] = pack_bf16(p0, p1);
-          pf[r][j / 2][2 * (j & 1) + 1] = pack_bf16(p2, p3);
-        }
-        l0[r] = fmaf(l0[r], alpha0, sum0[0] + sum0[1]);
-        l1[r] = fmaf(l1[r], alpha1, sum1[0] + sum1[1]);
       }
+      // Row maxima of the raw scores (a pairwise tree, not a chain), then in scaled log2 units: the
+      // scale is positive, so max(s) scale = max(s scale).
+      float mx0[kNs], mx1[kNs];
+#pragma unroll
+      for (int j = 0; j < kNs; ++j) {
+        mx0[j] = fmaxf(s[j][0], s[j][1]);
+        mx1[j] = fmaxf(s[j][2], s[j][3]);
+      }
+#pragma unroll
+      for (int w = kNs / 2; w > 0; w /= 2) {
+#pragma unroll
+        for (int j = 0; j < w; ++j) {
+          mx0[j] = fmaxf(mx0[j], mx0[j + w]);
+          mx1[j] = fmaxf(mx1[j], mx1[j + w]);
+        }
+      }
+      const float mn0 = fmaxf(m0, quad_max(mx0[0]) * scale_log2), mn1 = fmaxf(m1, quad_max(mx1[0]) * scale_log2);
+      const float alpha0 = fast_exp2(m0 - mn0), alpha1 = fast_exp2(m1 - mn1);
+      m0 = mn0;
+      m1 = mn1;
+#pragma unroll
+      for (int n = 0; n < kNd; ++n) {
+        o[n][0] *= alpha0;
+        o[n][1] *= alpha0;
+        o[n][2] *= alpha1;
+        o[n][3] *= alpha1;
+      }
+      uint32_t pf[kKs][4];
+      float sum0[2] = {0.0f, 0.0f}, sum1[2] = {0.0f, 0.0f};
+#pragma unroll
+      for (int j = 0; j < kNs; ++j) {
+        const float p0 = fast_exp2(fmaf(s[j][0], scale_log2, -mn0)), p1 = fast_exp2(fmaf(s[j][1], scale_log2, -mn0));
+        const float p2 = fast_exp2(fmaf(s[j][2], scale_log2, -mn1)), p3 = fast_exp2(fmaf(s[j][3], scale_log2, -mn1));
+        sum0[j & 1] += p0 + p1;
+        sum1[j & 1] += p2 + p3;
+        pf[j / 2][2 * (j & 1)] = pack_bf16(p0, p1);
+        pf[j / 2][2 * (j & 1) + 1] = pack_bf16(p2, p3);
+      }
+      l0 = fmaf(l0, alpha0, sum0[0] + sum0[1]);
+      l1 = fmaf(l1, alpha1, sum1[0] + sum1[1]);
 #pragma unroll
       for (int kk = 0; kk < kKs; ++kk) {
 #pragma unroll
         for (int dn = 0; dn < D / 16; ++dn) {
           uint32_t b[4];
           ldsm_x4_trans(b, vs + at<kLd>(16 * kk, 16 * dn));
-#pragma unroll
-          for (int r = 0; r < R; ++r) {
-            mma_bf16(o[r][2 * dn], pf[r][kk], b[0], b[1]);
-            mma_bf16(o[r][2 * dn + 1], pf[r][kk], b[2], b[3]);
-          }
+          mma_bf16(o[2 * dn], pf[kk], b[0], b[1]);
+          mma_bf16(o[2 * dn + 1], pf[kk], b[2], b[3]);
         }
       }
     }
     __syncthreads();  // everyone is done with this stage before the next iteration refills it
   }
 
+  l0 = quad_sum(l0);
+  l1 = quad_sum(l1);
+  const float inv0 = 1.0f / l0, inv1 = 1.0f / l1;
 #pragma unroll
-  for (int r = 0; r < R; ++r) {
-    l0[r] = quad_sum(l0[r]);
-    l1[r] = quad_sum(l1[r]);
-    const float inv0 = 1.0f / l0[r], inv1 = 1.0f / l1[r];
-#pragma unroll
-    for (int n = 0; n < kNd; ++n) {
-      const int c = 8 * n + 2 * tq;
-      if (r0[r] < t)
-        *reinterpret_cast<__nv_bfloat162*>(oh + r0[r] * ors + c) =
-            __floats2bfloat162_rn(o[r][n][0] * inv0, o[r][n][1] * inv0);
-      if (r1[r] < t)
-        *reinterpret_cast<__nv_bfloat162*>(oh + r1[r] * ors + c) =
-            __floats2bfloat162_rn(o[r][n][2] * inv1, o[r][n][3] * inv1);
-    }
-    if (tq == 0) {
-      float* lse_h = lse + static_cast<int64_t>(blockIdx.x) * t;
-      if (r0[r] < t) lse_h[r0[r]] = (m0[r] + log2f(l0[r])) * kLn2;
-      if (r1[r] < t) lse_h[r1[r]] = (m1[r] + log2f(l1[r])) * kLn2;
-    }
+  for (int n = 0; n < kNd; ++n) {
+    const int c = 8 * n + 2 * tq;
+    if (r0 < t)
+      *reinterpret_cast<__nv_bfloat162*>(oh + r0 * ors + c) = __floats2bfloat162_rn(o[n][0] * inv0, o[n][1] * inv0);
+    if (r1 < t)
+      *reinterpret_cast<__nv_bfloat162*>(oh + r1 * ors + c) = __floats2bfloat162_rn(o[n][2] * inv1, o[n][3] * inv1);
+  }
+  if (tq == 0) {
+    float* lse_h = lse + static_cast<int64_t>(blockIdx.x) * t;
+    if (r0 < t) lse_h[r0] = (m0 + log2f(l0)) * kLn2;
+    if (r1 < t) lse_h[r1] = (m1 + log2f(l1)) * kLn2;
   }
 }
 
@@ -762,8 +718,7 @@ void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t
                        cudaStream_t stream) {
   visit_mma(d, "flash_attention_forward", [&](auto dim, auto warps) {
     constexpr int D = decltype(dim)::value, W = decltype(warps)::value;
-    constexpr int R = kForwardRowBlocks<D, W>;
-    launch(flash_forward_mma_kernel<D, W, R>, mma_grid(bh, t, 16 * R * W, "flash_attention_forward"), 32 * W,
+    launch(flash_forward_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_forward"), 32 * W,
            forward_bytes<D, W>(), stream, q, k, v, out, lse, layouts, static_cast<int>(t), scale_log2);
   });
 }

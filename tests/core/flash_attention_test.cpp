@@ -196,9 +196,10 @@ TEST(CudaFlashAttention, MmaKernelsMatchCpuAtTileBoundariesInBfloat16) {
   }
 }
 
-// Each row's arithmetic in the mma kernels does not depend on how rows are grouped into warps and blocks
-// (a warp of the forward owns 2 row blocks of 16 with 4 warps, 1 with DPT_FLASH_MMA_WARPS=8; the key
-// tiles a row visits are the same), so the two arrangements give the same bits, around every tile edge.
+// Each row's arithmetic in the mma kernels does not depend on how rows are grouped into blocks (64-row
+// tiles with 4 warps, 128-row tiles with DPT_FLASH_MMA_WARPS=8; the key tiles a row visits are the same),
+// so the two arrangements give the same bits, around every tile edge. A regrouping of rows for speed
+// must keep this.
 TEST(CudaFlashAttention, MmaRowGroupingLeavesEveryBitUnchanged) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   ScopedEnv impl("DPT_FLASH_IMPL", "mma");
