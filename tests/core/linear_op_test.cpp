@@ -523,8 +523,8 @@ TEST_F(CudaLinearOp, ResidualAddInsideTheGemmMatchesTheComposition) {
 }
 
 // Every epilogue the op uses has a cuBLASLt algorithm on aligned GPT-2-like shapes in bfloat16 (the
-// training precision): otherwise the op stays correct but is silently unfused (the forward, the BGRADB
-// weight gradient or the DGELU/DRELU_BGRAD absorbed backward would take the fallback). float32 runs
+// training precision): otherwise the op stays correct but is silently unfused (the forward, the weight
+// gradient or the DGELU/DRELU_BGRAD absorbed backward would take the fallback). float32 runs
 // the same cases and only reports refusals: some cuBLASLt versions implement these epilogues for 16-bit
 // types only, and float32's fallback is the plain path.
 TEST_F(CudaLinearOp, CublasLtTakesEveryAlignedBfloat16Case) {
