@@ -34,13 +34,14 @@
 //             stream through two cp.async stages (the next tile loads during this tile's math);
 //             O, m, l live in the accumulator registers. The positive scale is folded into the
 //             exponent: m is tracked on the raw scores, p = 2^(s scale log2(e) - m') in one FFMA + EX2.
-//   prep      D / 8 threads per row: dvec = dO . O and the logsumexp in log2 units, both padded with
-//             (+inf, 0) to a multiple of 128 rows so the tiles below load them without bounds checks.
-//   dK/dV     grid (bh, key tiles of 16 W): query tiles of 64 rows (Q, dO, lse, dvec) stream through
-//             two stages; per tile S^T = K Q^T, P^T, dV += P^T dO, dP^T = V dO^T,
-//             dS^T = P^T (dP^T - dvec), dK += dS^T Q.
-//   dQ        grid (bh, query tiles of 16 W): key tiles stream; per tile S = Q K^T, P, dP = dO V^T,
-//             dS, dQ += dS K.
+//   dQ        runs first. grid (bh, query tiles of 16 W): loads its rows of Q, dO and O, computes
+//             their statistics (dvec = dO . O, two threads per row, and the logsumexp in log2 units) and
+//             writes them for the dK/dV kernel, so no separate pass reads O and dO again; then key tiles
+//             stream; per tile S = Q K^T, P, dP = dO V^T, dS, dQ += dS K.
+//   dK/dV     grid (bh, key tiles of 16 W): query tiles of 64 rows (Q, dO, and the statistics, which
+//             the dQ blocks wrote for every row of their tiles, padded rows as (+inf, 0), so they load
+//             without bounds checks) stream through two stages; per tile S^T = K Q^T, P^T,
+//             dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - dvec), dK += dS^T Q.
 // The backward reloads its own rows' fragments (K, V or Q, dO) from shared memory every tile: holding
 // them costs 40 registers, and with them a resident block (measured 10% slower at GPT-2 size).
 // Every output element is written once by one lane, which sums its terms in a fixed order: the results
@@ -61,7 +62,7 @@ namespace {
 
 constexpr int kKeyTile = 64;    // keys per streamed tile (forward, dQ)
 constexpr int kQueryTile = 64;  // queries per streamed tile (dK/dV)
-constexpr int kStatPad = 128;   // the padded statistics cover every tile of up to 128 rows
+constexpr int kStatPad = 128;   // the statistics are padded to whole tiles of up to 128 rows
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -170,7 +171,7 @@ constexpr size_t backward_kv_bytes() {
 }
 template <int D, int W>
 constexpr size_t backward_q_bytes() {
-  return sizeof(bf16_t) * static_cast<size_t>(2 * 16 * W + 4 * kKeyTile) * kLdOf<D>;
+  return sizeof(bf16_t) * static_cast<size_t>(3 * 16 * W + 4 * kKeyTile) * kLdOf<D> + sizeof(float) * 2 * 16 * W;
 }
 
 // ---------------------------------------------------------------------------------------------------
@@ -324,46 +325,6 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
     float* lse_h = lse + static_cast<int64_t>(blockIdx.x) * t;
     if (r0 < t) lse_h[r0] = (m0 + log2f(l0)) * kLn2;
     if (r1 < t) lse_h[r1] = (m1 + log2f(l1)) * kLn2;
-  }
-}
-
-// ---------------------------------------------------------------------------------------------------
-// Backward statistics per padded row: lse2 = lse log2(e) (+inf past t), dvec = dO . O (0). A row of D
-// bf16 is D / 8 16-byte vectors, one per thread (rows start 16-byte aligned, as for every operand), and
-// the D / 8 threads of a row sum their dot products with shuffles: every load is a full vector, where
-// a warp per row read 2-byte elements at 2.6x the memory floor (GPT-2: 39 us for 50 MB).
-// out and grad_out have the layout `lay` (grad_out has out's); lse2 and dvec are contiguous [bh, t_pad].
-template <int D>
-__global__ void flash_backward_prep_kernel(const bf16_t* __restrict__ out, const bf16_t* __restrict__ grad_out,
-                                           const float* __restrict__ lse, float* __restrict__ lse2,
-                                           float* __restrict__ dvec, const AttentionLayout lay, int t, int t_pad,
-                                           int64_t rows_pad) {
-  constexpr int kParts = D / 8;  // threads per row; a power of two dividing 32
-  const int64_t row = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) / kParts;
-  const int part = threadIdx.x % kParts;
-  const int64_t head = row / t_pad;
-  const int r = static_cast<int>(row - head * t_pad);
-  const bool live = row < rows_pad && r < t;
-  float s = 0.0f;
-  if (live) {
-    const int64_t at = lay.at(head, r, 8 * part);
-    const uint4 ov = *reinterpret_cast<const uint4*>(out + at);
-    const uint4 gv = *reinterpret_cast<const uint4*>(grad_out + at);
-    const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(&ov);
-    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(&gv);
-#pragma unroll
-    for (int i = 0; i < 4; ++i) {
-      const float2 o = __bfloat1622float2(o2[i]), g = __bfloat1622float2(g2[i]);
-      s = fmaf(g.x, o.x, s);
-      s = fmaf(g.y, o.y, s);
-    }
-  }
-  // Every lane takes part (no early return), so the full-warp shuffles are well defined.
-#pragma unroll
-  for (int offset = kParts / 2; offset > 0; offset /= 2) s += __shfl_xor_sync(0xffffffffu, s, offset);
-  if (part == 0 && row < rows_pad) {
-    dvec[row] = live ? s : 0.0f;
-    lse2[row] = live ? lse[head * t + r] * kLog2e : INFINITY;
   }
 }
 
@@ -538,14 +499,14 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
 }
 
 // ---------------------------------------------------------------------------------------------------
-// dQ. grid (bh, query tiles of 16 W), the heaviest query tiles first.
+// dQ, and the statistics the dK/dV kernel reads. grid (bh, query tiles of 16 W), the heaviest query tiles first.
 template <int D, int W>
 __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
     flash_backward_q_mma_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k,
-                                const bf16_t* __restrict__ v, const bf16_t* __restrict__ grad_out,
-                                const float* __restrict__ lse2, const float* __restrict__ dvec,
-                                bf16_t* __restrict__ grad_q, const AttentionLayouts lay, int t, int t_pad, float scale,
-                                float scale_log2) {
+                                const bf16_t* __restrict__ v, const bf16_t* __restrict__ out,
+                                const bf16_t* __restrict__ grad_out, const float* __restrict__ lse,
+                                float* __restrict__ lse2, float* __restrict__ dvec, bf16_t* __restrict__ grad_q,
+                                const AttentionLayouts lay, int t, int t_pad, float scale, float scale_log2) {
   constexpr int kThreads = 32 * W, kBr = 16 * W, kBc = kKeyTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBc * kLd;  // one K or V stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBc / 8, kKs = kBc / 16;
@@ -553,6 +514,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const uint32_t qs = smem_u32(mma_smem);    // [kBr][kLd]
   const uint32_t dos = qs + 2u * kBr * kLd;  // [kBr][kLd]
   const uint32_t kv = dos + 2u * kBr * kLd;  // stage s: K at kv + 2 s kTileBytes, V after it
+  const uint32_t os = kv + 4 * kTileBytes;   // [kBr][kLd], O for the statistics
+  float* const stat_s = reinterpret_cast<float*>(mma_smem + (os - qs) + 2u * kBr * kLd);  // lse2 [kBr], dvec [kBr]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const uint32_t a_off = a_lane<kLd>(lane), bt_off = bt_lane<kLd>(lane);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
@@ -564,16 +527,42 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const bf16_t* vh = v + lay.v.head_start(blockIdx.x);
   const int n_tiles = (min(q0 + kBr, t) - 1) / kBc + 1;
   const int r0 = wq0 + g, r1 = r0 + 8;
-  // Rows past t read the padding (+inf, 0): P = 0 there. t_pad is a multiple of 128 >= kBr.
+  // t_pad is a multiple of 128 >= kBr: every row of the block has a slot in lse2 and dvec.
   const int64_t sbase = static_cast<int64_t>(blockIdx.x) * t_pad;
-  const float lse0 = lse2[sbase + r0], lse1 = lse2[sbase + r1];
-  const float dvec0 = dvec[sbase + r0], dvec1 = dvec[sbase + r1];
-
   load_tile_async<D, kBr, kThreads>(q + qbase, qrs, q0, t, qs);
   load_tile_async<D, kBr, kThreads>(grad_out + lay.out.head_start(blockIdx.x), ors, q0, t, dos);
+  load_tile_async<D, kBr, kThreads>(out + lay.out.head_start(blockIdx.x), ors, q0, t, os);
   load_tile_async<D, kBc, kThreads>(kh, krs, 0, t, kv);
   load_tile_async<D, kBc, kThreads>(vh, vrs, 0, t, kv + kTileBytes);
   cp_async_commit();
+  cp_async_wait<0>();
+  __syncthreads();
+  // The block's rows' statistics, for itself and (through lse2 and dvec) for the dK/dV kernel that runs
+  // next: two threads per row (32 W threads, 16 W rows), each summing half of dO . O from the tiles.
+  {
+    const int row = threadIdx.x >> 1, half = threadIdx.x & 1;
+    const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(mma_smem + (os - qs) + at<kLd>(row, half * D / 2));
+    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(mma_smem + (dos - qs) + at<kLd>(row, half * D / 2));
+    float dot = 0.0f;
+#pragma unroll
+    for (int i = 0; i < D / 4; ++i) {
+      const float2 o = __bfloat1622float2(o2[i]), g = __bfloat1622float2(g2[i]);
+      dot = fmaf(g.x, o.x, dot);
+      dot = fmaf(g.y, o.y, dot);
+    }
+    dot += __shfl_xor_sync(0xffffffffu, dot, 1);
+    if (half == 0) {
+      const int r = q0 + row;  // rows past t: dO and O load as zeros, so dot = 0; lse2 = +inf gives P = 0
+      const float l2 = r < t ? lse[static_cast<int64_t>(blockIdx.x) * t + r] * kLog2e : INFINITY;
+      stat_s[row] = l2;
+      stat_s[kBr + row] = dot;
+      lse2[sbase + r] = l2;
+      dvec[sbase + r] = dot;
+    }
+  }
+  __syncthreads();
+  const float lse0 = stat_s[16 * warp + g], lse1 = stat_s[16 * warp + g + 8];
+  const float dvec0 = stat_s[kBr + 16 * warp + g], dvec1 = stat_s[kBr + 16 * warp + g + 8];
 
   float dqa[kNd][4];
 #pragma unroll
@@ -744,20 +733,14 @@ void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const
   const float scale_log2 = scale * kLog2e;
   visit_mma(d, "flash_attention_backward", [&](auto dim, auto warps) {
     constexpr int D = decltype(dim)::value, W = decltype(warps)::value;
-    constexpr int kPrepThreads = 256;
-    const int64_t prep_threads = rows_pad * (D / 8);
-    flash_backward_prep_kernel<D>
-        <<<static_cast<unsigned>((prep_threads + kPrepThreads - 1) / kPrepThreads), kPrepThreads, 0, stream>>>(
-            out, grad_out, lse, lse2, dvec, layouts.out, static_cast<int>(t), static_cast<int>(t_pad), rows_pad);
-    DPT_CUDA_CHECK_LAUNCH();
+    // dQ first: it writes the statistics (lse2, dvec) that the dK/dV kernel reads.
+    launch(flash_backward_q_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_backward"), 32 * W,
+           backward_q_bytes<D, W>(), stream, q, k, v, out, grad_out, lse, lse2, dvec, grad_q, layouts,
+           static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2);
     launch(flash_backward_kv_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_backward"), 32 * W,
            backward_kv_bytes<D, W>(), stream, q, k, v, grad_out, static_cast<const float*>(lse2),
            static_cast<const float*>(dvec), grad_k, grad_v, layouts, static_cast<int>(t), static_cast<int>(t_pad),
            scale, scale_log2);
-    launch(flash_backward_q_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_backward"), 32 * W,
-           backward_q_bytes<D, W>(), stream, q, k, v, grad_out, static_cast<const float*>(lse2),
-           static_cast<const float*>(dvec), grad_q, layouts, static_cast<int>(t), static_cast<int>(t_pad), scale,
-           scale_log2);
   });
 }
 
