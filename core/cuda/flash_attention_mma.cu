@@ -532,10 +532,11 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   load_tile_async<D, kBr, kThreads>(q + qbase, qrs, q0, t, qs);
   load_tile_async<D, kBr, kThreads>(grad_out + lay.out.head_start(blockIdx.x), ors, q0, t, dos);
   load_tile_async<D, kBr, kThreads>(out + lay.out.head_start(blockIdx.x), ors, q0, t, os);
+  cp_async_commit();
   load_tile_async<D, kBc, kThreads>(kh, krs, 0, t, kv);
   load_tile_async<D, kBc, kThreads>(vh, vrs, 0, t, kv + kTileBytes);
   cp_async_commit();
-  cp_async_wait<0>();
+  cp_async_wait<1>();  // this block's rows; the first K and V tiles load meanwhile
   __syncthreads();
   // The block's rows' statistics, for itself and (through lse2 and dvec) for the dK/dV kernel that runs
   // next: two threads per row (32 W threads, 16 W rows), each summing half of dO . O from the tiles.
