@@ -515,7 +515,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const uint32_t dos = qs + 2u * kBr * kLd;  // [kBr][kLd]
   const uint32_t kv = dos + 2u * kBr * kLd;  // stage s: K at kv + 2 s kTileBytes, V after it
   const uint32_t os = kv + 4 * kTileBytes;   // [kBr][kLd], O for the statistics
-  float* const stat_s = reinterpret_cast<float*>(mma_smem + (os - qs) + 2u * kBr * kLd);  // lse2 [kBr], dvec [kBr]
+  auto generic = [&](uint32_t addr) { return mma_smem + (addr - qs); };  // a shared address as a pointer
+  float* const stat_s = reinterpret_cast<float*>(generic(os + 2u * kBr * kLd));  // lse2 [kBr], dvec [kBr]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const uint32_t a_off = a_lane<kLd>(lane), bt_off = bt_lane<kLd>(lane);
   const int q0 = (gridDim.y - 1 - blockIdx.y) * kBr;
@@ -542,8 +543,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   // next: two threads per row (32 W threads, 16 W rows), each summing half of dO . O from the tiles.
   {
     const int row = threadIdx.x >> 1, half = threadIdx.x & 1;
-    const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(mma_smem + (os - qs) + at<kLd>(row, half * D / 2));
-    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(mma_smem + (dos - qs) + at<kLd>(row, half * D / 2));
+    const auto* o2 = reinterpret_cast<const __nv_bfloat162*>(generic(os + at<kLd>(row, half * D / 2)));
+    const auto* g2 = reinterpret_cast<const __nv_bfloat162*>(generic(dos + at<kLd>(row, half * D / 2)));
     float dot = 0.0f;
 #pragma unroll
     for (int i = 0; i < D / 4; ++i) {
