@@ -28,6 +28,20 @@ Tensor ones_like(const Tensor& t) { return ones(t.shape(), t.options()); }
 Tensor empty_like(const Tensor& t) { return Tensor::empty(t.shape(), t.options()); }
 Tensor scalar_tensor(double value, const TensorOptions& options) { return full({}, value, options); }
 
+Tensor from_blob(void* data, const Shape& shape, const TensorOptions& options, std::function<void(void*)> release) {
+  for (int64_t d : shape) DPT_CHECK(d >= 0, "from_blob: negative extent in shape {}", shape_str(shape));
+  auto impl = std::make_shared<TensorImpl>();
+  const size_t nbytes = static_cast<size_t>(shape_numel(shape)) * dtype_size(options.dtype);
+  impl->storage = std::make_shared<Storage>(data, nbytes, options.device, std::move(release));
+  impl->shape = shape;
+  impl->strides = contiguous_strides(shape);
+  impl->dtype = options.dtype;
+  impl->device = options.device;
+  Tensor t(std::move(impl));
+  if (options.requires_grad) t.requires_grad_(true);
+  return t;
+}
+
 template <class T>
 Tensor from_vector(const std::vector<T>& values, const Shape& shape, const TensorOptions& options) {
   DPT_CHECK(static_cast<int64_t>(values.size()) == shape_numel(shape),

@@ -3,6 +3,7 @@
 // draw is a pure function of (seed, offset + i), so the same seed gives the same numbers on CPU and
 // GPU, in any launch configuration.
 #include <cstdint>
+#include <functional>
 #include <vector>
 
 #include "core/tensor.h"
@@ -17,6 +18,9 @@ Tensor zeros_like(const Tensor& t);
 Tensor ones_like(const Tensor& t);
 Tensor empty_like(const Tensor& t);
 Tensor scalar_tensor(double value, const TensorOptions& options = {});  // shape []
+// A contiguous tensor over memory the caller allocated on options.device (like torch.from_blob);
+// `release` frees it when the last tensor sharing it goes away.
+Tensor from_blob(void* data, const Shape& shape, const TensorOptions& options, std::function<void(void*)> release);
 
 // A host vector copied into a tensor of `shape` (numel must match) on options.device.
 template <class T>

@@ -19,8 +19,15 @@ Storage::Storage(size_t nbytes, Device device) : nbytes_(nbytes), device_(device
   }
 }
 
+Storage::Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release)
+    : data_(data), nbytes_(nbytes), device_(device), release_(std::move(release)) {}
+
 Storage::~Storage() {
   if (!data_) return;
+  if (release_) {
+    release_(data_);
+    return;
+  }
   if (device_.is_cpu()) {
     std::free(data_);
   } else {

@@ -3,6 +3,7 @@
 // they are allocated and freed on the device's current stream, so a block freed while a kernel on that
 // stream still reads it is only reused by work ordered after that kernel.
 #include <cstddef>
+#include <functional>
 #include <memory>
 
 #include "core/device.h"
@@ -12,6 +13,9 @@ namespace dpt {
 class Storage {
  public:
   Storage(size_t nbytes, Device device);
+  // Adopts memory allocated elsewhere (e.g. a cudaMalloc block other processes map through CUDA IPC,
+  // which the stream-ordered pool cannot export); `release` runs once, when the last tensor lets go.
+  Storage(void* data, size_t nbytes, Device device, std::function<void(void*)> release);
   ~Storage();
   Storage(const Storage&) = delete;
   Storage& operator=(const Storage&) = delete;
@@ -24,6 +28,7 @@ class Storage {
   void* data_ = nullptr;
   size_t nbytes_ = 0;
   Device device_;
+  std::function<void(void*)> release_;  // set for adopted memory only
 };
 
 }  // namespace dpt

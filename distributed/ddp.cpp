@@ -55,6 +55,22 @@ NamedTensors trainable(const NamedTensors& params) {
 
 }  // namespace
 
+GradExchange parse_grad_exchange(const std::string& text) {
+  if (text == "auto") return GradExchange::Auto;
+  if (text == "nccl") return GradExchange::Nccl;
+  if (text == "copy_engine") return GradExchange::CopyEngine;
+  DPT_FAIL("unknown gradient exchange '{}' (expected auto, nccl or copy_engine)", text);
+}
+
+const char* grad_exchange_name(GradExchange e) {
+  switch (e) {
+    case GradExchange::Auto: return "auto";
+    case GradExchange::Nccl: return "nccl";
+    case GradExchange::CopyEngine: return "copy_engine";
+  }
+  return "?";
+}
+
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                                  std::shared_ptr<ProcessGroup> group, DDPOptions options)
     : DistributedDataParallel(module->named_parameters(), module->named_buffers(), std::move(group), options) {
@@ -70,6 +86,7 @@ DistributedDataParallel::DistributedDataParallel(NamedTensors params, NamedTenso
             options_.bucket_cap_mb, options_.first_bucket_mb);
   verify_same_model_across_ranks();
   broadcast_from_rank0();
+  use_peer_exchange_ = decide_peer_exchange();
   std::vector<size_t> reverse(params_.size());
   std::iota(reverse.rbegin(), reverse.rend(), size_t{0});
   build_buckets(reverse);
@@ -111,6 +128,37 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
   DPT_CHECK(problem.empty(), "DistributedDataParallel: {}", problem);
 }
 
+// Every input here is the same on every rank (options, and the model verified above), so either all
+// ranks call the collective PeerExchange::available or none does.
+bool DistributedDataParallel::decide_peer_exchange() {
+  const GradExchange wanted = options_.grad_exchange;
+  if (wanted == GradExchange::Nccl || params_.empty()) return false;
+  std::string why_not;
+  const Tensor& first = params_.front().second;
+  bool eligible = first.device().is_cuda();
+  if (!eligible) why_not = "the parameters are not on a CUDA device";
+  for (const auto& [name, p] : params_) {
+    const bool dtype_ok = p.dtype() == DType::Float32 || p.dtype() == DType::BFloat16 || p.dtype() == DType::Float16;
+    if (eligible && (!dtype_ok || p.device() != first.device())) {
+      eligible = false;
+      why_not = fmt::format("parameter '{}' is {} on {}", name, dtype_name(p.dtype()), p.device().str());
+    }
+  }
+  if (eligible && options_.comm_dtype && *options_.comm_dtype != first.dtype()) {
+    eligible = false;
+    why_not = "comm_dtype differs from the parameters' dtype";
+  }
+  if (eligible) eligible = PeerExchange::available(*group_, first.device().index, &why_not);
+  DPT_CHECK(eligible || wanted != GradExchange::CopyEngine,
+            "DistributedDataParallel: grad_exchange copy_engine is not possible here: {}", why_not);
+  return eligible;
+}
+
+const char* DistributedDataParallel::exchange_name() const {
+  if (exchange_) return "copy engines";
+  return params_.empty() || !params_.front().second.device().is_cuda() ? "gloo" : "nccl";
+}
+
 uint64_t DistributedDataParallel::instance_id() {
   // Same value on every rank as long as every rank builds its DDP wrappers in the same order.
   static uint64_t next = 0;
@@ -135,6 +183,21 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
   auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
   std::vector<BucketSpec> specs = assign_buckets(tensors, order, mb(options_.first_bucket_mb), mb(options_.bucket_cap_mb));
 
+  // The copy-engine path owns the bucket buffers (memory its peers map). A new layout gets a new
+  // exchange; the old buffers live on through the gradients still viewing them until rebound below.
+  std::unique_ptr<PeerExchange> previous = std::move(exchange_);
+  if (use_peer_exchange_ && !sharded_) {
+    std::vector<ExchangeBucket> shapes;
+    for (const auto& spec : specs) {
+      int64_t total = 0;
+      for (size_t i : spec.params) total += tensors[i].numel();
+      shapes.push_back({total, tensors[spec.params.front()].dtype()});
+    }
+    exchange_ = std::make_unique<PeerExchange>(group_, shapes, tensors.front().device().index,
+                                               "ddp" + std::to_string(instance_id()) + "/layout" +
+                                                   std::to_string(++exchange_generation_));
+  }
+
   std::vector<GradBucket> buckets;
   bucket_of_.assign(params_.size(), 0);
   position_in_bucket_.assign(params_.size(), 0);
@@ -151,7 +214,7 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
     // The padding is never a gradient and stays zero on every rank, so its reduced value is zero too.
     const int64_t world = group_->size();
     const int64_t padded = sharded_ ? (total + world - 1) / world * world : total;
-    bucket.buffer = zeros({padded}, first.options());
+    bucket.buffer = exchange_ ? exchange_->buffer(b) : zeros({padded}, first.options());
     if (sharded_) flatten_parameters(bucket, padded);
     if (options_.comm_dtype && *options_.comm_dtype != first.dtype()) {
       bucket.comm_buffer = zeros({total}, first.options().with_dtype(*options_.comm_dtype));
@@ -168,6 +231,7 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
   for (size_t i = 0; i < params_.size(); ++i) bind_grad_to_bucket(i);
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;
+  previous.reset();
 }
 
 // Moves the bucket's parameters into one flat buffer (same handles, new storage: nn::replace_data), in
@@ -277,7 +341,10 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
   }
 #endif
   const ReduceOp op = nccl_average ? ReduceOp::Avg : ReduceOp::Sum;
-  if (sharded_) {
+  const size_t index = static_cast<size_t>(&bucket - buckets_.data());
+  if (exchange_) {
+    bucket.work = exchange_->average(index);
+  } else if (sharded_) {
     // In place: this rank's block of the bucket receives the average of every rank's block (NCCL and our
     // Gloo backend both accept the output inside the input at offset rank * block).
     const int64_t block = payload.numel() / group_->size();
@@ -294,7 +361,6 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
       bucket.work->wait();  // the probe stream (only) waits for the AllReduce
       end_event.record(timing_->probe_stream);
     }
-    size_t index = static_cast<size_t>(&bucket - buckets_.data());
     timing_->buckets.emplace_back(index, std::make_pair(std::move(*launch_event), std::move(end_event)));
   }
 #endif

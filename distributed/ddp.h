@@ -29,10 +29,18 @@
 
 #include "core/tensor.h"
 #include "distributed/grad_bucket.h"
+#include "distributed/peer_exchange.h"
 #include "distributed/process_group.h"
 #include "layers/module.h"
 
 namespace dpt::dist {
+
+// How CUDA buckets are averaged. Auto: copy engines (distributed/peer_exchange.h) when every rank's GPU
+// is on one host with peer access to every other's, otherwise NCCL. The copy-engine path leaves the SMs
+// to backward; it does not combine with comm_dtype or sharded buckets, which use NCCL.
+enum class GradExchange { Auto, Nccl, CopyEngine };
+GradExchange parse_grad_exchange(const std::string& text);  // "auto", "nccl", "copy_engine"
+const char* grad_exchange_name(GradExchange e);
 
 struct DDPOptions {
   double bucket_cap_mb = 25.0;
@@ -41,6 +49,7 @@ struct DDPOptions {
   std::optional<DType> comm_dtype;  // e.g. bfloat16: communicate in it, accumulate back in float32
   bool rebuild_buckets = true;      // after the first iteration, in observed ready order
   bool broadcast_buffers = true;
+  GradExchange grad_exchange = GradExchange::Auto;
 };
 
 // Per-bucket timing on CUDA, to show communication overlapping backward (see overlap_report()).
@@ -98,6 +107,8 @@ class DistributedDataParallel {
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
 
   size_t num_buckets() const { return buckets_.size(); }
+  // What averages the buckets now: "copy engines", "nccl" or "gloo".
+  const char* exchange_name() const;
   // Parameter names of each bucket, in bucket order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
   // Opt-in per-bucket CUDA event timing of the last synchronised backward (host-synchronises when read).
@@ -107,6 +118,7 @@ class DistributedDataParallel {
 
  private:
   void verify_same_model_across_ranks();
+  bool decide_peer_exchange();
   void broadcast_from_rank0();
   void build_buckets(const std::vector<size_t>& order);
   void flatten_parameters(GradBucket& bucket, int64_t padded);
@@ -136,6 +148,9 @@ class DistributedDataParallel {
   bool sync_enabled_ = true;
   bool rebuilt_ = false;
   bool sharded_ = false;
+  bool use_peer_exchange_ = false;
+  std::unique_ptr<PeerExchange> exchange_;  // the copy-engine path's buffers and stream, when in use
+  int exchange_generation_ = 0;             // a new exchange (new buffers) per bucket layout
   uint64_t callback_id_ = 0;
   BucketHook bucket_hook_;
 

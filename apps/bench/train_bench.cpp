@@ -74,6 +74,7 @@ struct Args {
   bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
+  std::string grad_exchange = "auto";  // with DDP: auto, nccl or copy_engine (DDPOptions::grad_exchange)
 };
 
 Args parse(int argc, char** argv) {
@@ -95,8 +96,10 @@ Args parse(int argc, char** argv) {
     else if (k == "--overlap-optimizer") a.overlap_optimizer = true;
     else if (k == "--unfused-master") a.unfused_master = true;
     else if (k == "--zero") a.zero = true;
+    else if (k == "--grad-exchange") a.grad_exchange = value();
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
-                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --unfused-master, --zero)", k);
+                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --unfused-master, --zero, "
+                  "--grad-exchange)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
   DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
@@ -149,6 +152,7 @@ int run_train_bench(int argc, char** argv) {
   if (group) {
     dist::DDPOptions o;
     o.bucket_cap_mb = args.bucket_cap_mb;
+    o.grad_exchange = dist::parse_grad_exchange(args.grad_exchange);
     if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
     ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
     if (args.zero) {
@@ -261,6 +265,7 @@ int run_train_bench(int argc, char** argv) {
                 w.gpt ? "tokens/s" : "samples/s", mfu, peak_gib, final_loss, comm_ms, exposed_ms, args.bucket_cap_mb,
                 static_cast<long long>(n_params) * static_cast<long long>(dtype_size(compute)));
     if (ddp && device.is_cuda()) {
+      std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name());
       std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward (%.1f%% hidden)\n",
                   comm_ms, exposed_ms, comm_ms > 0 ? 100.0 * (1.0 - exposed_ms / comm_ms) : 100.0);
     }

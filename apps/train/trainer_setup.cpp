@@ -232,6 +232,7 @@ void Trainer::setup_optimizer() {
     dist::DDPOptions d;
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
     d.first_bucket_mb = config_.distributed.first_bucket_mb;
+    d.grad_exchange = dist::parse_grad_exchange(config_.distributed.grad_exchange);
     d.find_unused_parameters = config_.distributed.find_unused_parameters;
     // bf16 communication of float32 gradients; under bf16/fp16 precision the gradients already are 16-bit.
     // Under fp16 an inf/NaN gradient on one rank is inf/NaN in every rank's AllReduced gradient, so all

@@ -8,7 +8,9 @@
 #include <string>
 
 #include "core/cuda_runtime.h"
+#include "distributed/ddp.h"
 #include "distributed/grad_bucket.h"
+#include "distributed/peer_exchange.h"
 #include "core/factory.h"
 #include "worker_command.h"
 
@@ -38,6 +40,12 @@ void expect_passes(int nproc, const std::string& args) {
   EXPECT_EQ(r.exit_code, 0) << "dpt-run " << nproc << " x " << args << ":\n" << r.output;
 }
 
+void expect_fails_with(int nproc, const std::string& args, const std::string& message) {
+  RunResult r = launch(nproc, args);
+  EXPECT_NE(r.exit_code, 0) << "dpt-run " << nproc << " x " << args << " should have failed:\n" << r.output;
+  EXPECT_NE(r.output.find(message), std::string::npos) << "expected '" << message << "' in:\n" << r.output;
+}
+
 }  // namespace
 
 TEST(DdpBuckets, FillInReverseOrderWithSmallFirstBucketAndNeverSplit) {
@@ -50,6 +58,36 @@ TEST(DdpBuckets, FillInReverseOrderWithSmallFirstBucketAndNeverSplit) {
   EXPECT_EQ(buckets[0].params, (std::vector<size_t>{3}));     // 1600 B alone: over the first cap
   EXPECT_EQ(buckets[1].params, (std::vector<size_t>{2, 1}));  // 200 + 1200 B
   EXPECT_EQ(buckets[2].params, (std::vector<size_t>{0}));
+}
+
+// Copy-engine chunks: they tile [0, n) in order, start on 64-element boundaries (16-byte aligned for
+// every dtype), and are balanced to within one boundary step.
+TEST(PeerExchangeChunks, TileTheBucketAlignedAndBalanced) {
+  using dpt::dist::PeerExchange;
+  for (int world : {2, 3, 8}) {
+    for (int64_t n : {0, 1, 63, 64, 65, 1000, 100003, 16777216}) {
+      EXPECT_EQ(PeerExchange::chunk_begin(n, world, 0), 0);
+      EXPECT_EQ(PeerExchange::chunk_begin(n, world, world), n);
+      for (int c = 0; c < world; ++c) {
+        int64_t begin = PeerExchange::chunk_begin(n, world, c), end = PeerExchange::chunk_begin(n, world, c + 1);
+        EXPECT_LE(begin, end) << "n " << n << " world " << world << " chunk " << c;
+        EXPECT_EQ(begin % 64, 0) << "n " << n << " world " << world << " chunk " << c;
+        EXPECT_LE(end - begin, n / world + 64 + n % world) << "n " << n << " world " << world << " chunk " << c;
+      }
+    }
+  }
+  // Two ranks, 16.8M elements (a 4096 x 4096 layer): halves.
+  EXPECT_EQ(PeerExchange::chunk_begin(16777216, 2, 1), 8388608);
+}
+
+// A CPU-only build (or CPU tensors) never picks copy engines; asking for them by name is an error.
+TEST(PeerExchangeOptions, NamesParse) {
+  using dpt::dist::GradExchange;
+  EXPECT_EQ(dpt::dist::parse_grad_exchange("auto"), GradExchange::Auto);
+  EXPECT_EQ(dpt::dist::parse_grad_exchange("nccl"), GradExchange::Nccl);
+  EXPECT_EQ(dpt::dist::parse_grad_exchange("copy_engine"), GradExchange::CopyEngine);
+  EXPECT_THROW(dpt::dist::parse_grad_exchange("nvlink"), dpt::Error);
+  EXPECT_STREQ(dpt::dist::grad_exchange_name(GradExchange::CopyEngine), "copy_engine");
 }
 
 TEST(DdpBuckets, SeparateDtypes) {
@@ -80,6 +118,10 @@ TEST(DdpParityCpu, ZeroShardedOptimizerGptThreeRanks) { expect_passes(3, "gpt ze
 TEST(DdpParityCpu, ZeroShardedOptimizerTinyBucketsThreeRanks) { expect_passes(3, "mlp zerotiny cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerBf16Twins) { expect_passes(2, "mlp zerobf16 cpu"); }
 TEST(DdpParityCpu, UnusedParametersDoNotHang) { expect_passes(2, "mlp unused cpu"); }
+TEST(DdpParityCpu, CopyEngineExchangeOnCpuIsAClearError) {
+  expect_fails_with(2, "mlp default cpu copy_engine",
+                    "grad_exchange copy_engine is not possible here: the parameters are not on a CUDA device");
+}
 TEST(DdpParityCpu, ModelMismatchIsAnErrorOnEveryRank) { expect_passes(2, "mlp mismatch cpu"); }
 
 class DdpParityCuda : public ::testing::Test {
@@ -97,3 +139,12 @@ TEST_F(DdpParityCuda, OverlappedOptimizerTwoGpus) { expect_passes(2, "gpt overla
 TEST_F(DdpParityCuda, Bf16CommTwoGpus) { expect_passes(2, "mlp bf16comm cuda"); }
 TEST_F(DdpParityCuda, ZeroTwoGpus) { expect_passes(2, "gpt zero cuda"); }
 TEST_F(DdpParityCuda, ZeroBf16TwinsTwoGpus) { expect_passes(2, "gpt zerobf16 cuda"); }
+// The cases above take the default exchange (copy engines where the GPUs have peer access); these pin
+// each path, so both stay covered whichever the machine picks.
+TEST_F(DdpParityCuda, CopyEngineKnownAveragesTwoGpus) { expect_passes(2, "mlp exchange cuda"); }
+TEST_F(DdpParityCuda, CopyEngineTinyBucketsTwoGpus) { expect_passes(2, "mlp tiny cuda copy_engine"); }
+TEST_F(DdpParityCuda, CopyEngineGptTwoGpus) { expect_passes(2, "gpt default cuda copy_engine"); }
+TEST_F(DdpParityCuda, CopyEngineOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlap cuda copy_engine"); }
+TEST_F(DdpParityCuda, CopyEngineNoSyncTwoGpus) { expect_passes(2, "gpt nosync cuda copy_engine"); }
+TEST_F(DdpParityCuda, NcclMlpTwoGpus) { expect_passes(2, "mlp default cuda nccl"); }
+TEST_F(DdpParityCuda, NcclGptOverlapTwoGpus) { expect_passes(2, "gpt overlap cuda nccl"); }
