@@ -30,6 +30,15 @@ struct DistributedDataParallel::TimingState {
 #endif
 };
 
+// The side stream of HookTiming::WhenReduced.
+struct DistributedDataParallel::UpdateStream {
+#ifdef DPT_HAVE_CUDA
+  cudaStream_t stream = nullptr;
+  explicit UpdateStream(int device) : stream(cuda::create_stream(device)) {}
+  ~UpdateStream() { cuda::destroy_stream(stream); }
+#endif
+};
+
 namespace {
 
 std::string describe_params(const NamedTensors& params) {
@@ -364,6 +373,31 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
     timing_->buckets.emplace_back(index, std::make_pair(std::move(*launch_event), std::move(end_event)));
   }
 #endif
+  if (bucket_hook_ && hook_timing_ == HookTiming::WhenReduced && bucket.buffer.device().is_cuda() && !sharded_) {
+    run_hook_when_reduced(index, bucket);
+  }
+}
+
+std::vector<Tensor> DistributedDataParallel::bucket_params(const GradBucket& bucket) const {
+  std::vector<Tensor> params;
+  for (size_t i : bucket.params) params.push_back(params_[i].second);
+  return params;
+}
+
+// Stream order: update stream waits for the bucket's AllReduce, then runs the hook's kernels; the
+// compute stream joins the update stream in finish_backward, before anything reads the parameters.
+void DistributedDataParallel::run_hook_when_reduced(size_t index, GradBucket& bucket) {
+#ifdef DPT_HAVE_CUDA
+  if (!update_stream_) update_stream_ = std::make_unique<UpdateStream>(bucket.buffer.device().index);
+  cuda::StreamGuard on_updates(update_stream_->stream);
+  bucket.work->wait();
+  if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
+  bucket_hook_(index, bucket_params(bucket));
+  bucket.hooked = true;
+#else
+  (void)index;
+  (void)bucket;
+#endif
 }
 
 void DistributedDataParallel::finish_backward() {
@@ -391,7 +425,10 @@ void DistributedDataParallel::finish_backward() {
   if (!unused.empty()) {
     std::string names;
     for (size_t i = 0; i < unused.size() && i < 8; ++i) names += (i ? ", " : "") + unused[i];
-    for (auto& b : buckets_) b.pending = b.params.size();
+    for (auto& b : buckets_) {
+      b.pending = b.params.size();
+      b.hooked = false;
+    }
     ready_.assign(params_.size(), false);
     next_to_launch_ = 0;
     DPT_FAIL("DistributedDataParallel: {} parameter(s) received no gradient in this backward ({}); construct "
@@ -402,18 +439,29 @@ void DistributedDataParallel::finish_backward() {
 
   // The compute stream waits on every AllReduce (CUDA: event waits; Gloo: the host waits).
   NoGradGuard no_grad;
+  bool joined_updates = false;
   for (size_t b = 0; b < buckets_.size(); ++b) {
     GradBucket& bucket = buckets_[b];
+    bucket.pending = bucket.params.size();
+    if (bucket.hooked) {  // waited for, and its hook ran, on the update stream (joined below)
+      bucket.hooked = false;
+      bucket.work.reset();
+      joined_updates = true;
+      continue;
+    }
     bucket.work->wait();
     if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
     bucket.work.reset();
-    bucket.pending = bucket.params.size();
-    if (bucket_hook_) {
-      std::vector<Tensor> params;
-      for (size_t i : bucket.params) params.push_back(params_[i].second);
-      bucket_hook_(b, params);
-    }
+    if (bucket_hook_) bucket_hook_(b, bucket_params(bucket));
   }
+#ifdef DPT_HAVE_CUDA
+  if (joined_updates) {
+    cuda::CudaEvent updates_done(false, buckets_.front().buffer.device().index);
+    updates_done.record(update_stream_->stream);
+    updates_done.wait();
+  }
+#endif
+  (void)joined_updates;
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;
 #ifdef DPT_HAVE_CUDA

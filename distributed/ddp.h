@@ -35,9 +35,11 @@
 
 namespace dpt::dist {
 
-// How CUDA buckets are averaged. Auto: copy engines (distributed/peer_exchange.h) when every rank's GPU
-// is on one host with peer access to every other's, otherwise NCCL. The copy-engine path leaves the SMs
-// to backward; it does not combine with comm_dtype or sharded buckets, which use NCCL.
+// How CUDA buckets are averaged. Nccl (the default): ncclAvg AllReduce. CopyEngine: DMA between the
+// GPUs' mapped buckets (distributed/peer_exchange.h); needs every rank's GPU on one host with peer access
+// to every other's, and is an error otherwise. Auto: CopyEngine where possible, else Nccl. The copy
+// engines leave the SMs to backward, but measure slower than NCCL on 2 x H200 (docs/performance-notes.md).
+// comm_dtype and sharded buckets always use NCCL.
 enum class GradExchange { Auto, Nccl, CopyEngine };
 GradExchange parse_grad_exchange(const std::string& text);  // "auto", "nccl", "copy_engine"
 const char* grad_exchange_name(GradExchange e);
@@ -49,7 +51,7 @@ struct DDPOptions {
   std::optional<DType> comm_dtype;  // e.g. bfloat16: communicate in it, accumulate back in float32
   bool rebuild_buckets = true;      // after the first iteration, in observed ready order
   bool broadcast_buffers = true;
-  GradExchange grad_exchange = GradExchange::Auto;
+  GradExchange grad_exchange = GradExchange::Nccl;
 };
 
 // Per-bucket timing on CUDA, to show communication overlapping backward (see overlap_report()).
@@ -92,7 +94,17 @@ class DistributedDataParallel {
   // index and parameters. Work queued here on the compute stream overlaps the AllReduces of the buckets
   // after it: optim::step_in_backward (distributed/overlapped_optimizer.h) runs the optimizer this way.
   using BucketHook = std::function<void(size_t bucket, const std::vector<Tensor>& params)>;
-  void set_bucket_reduced_hook(BucketHook hook) { bucket_hook_ = std::move(hook); }
+  // When the hook runs. AtBackwardEnd: as described above. WhenReduced (CUDA buckets, not sharded): the
+  // moment a bucket's AllReduce is launched, the hook is called with a side stream (the update stream)
+  // current, after that stream has waited for the AllReduce; so its work runs while backward is still
+  // computing earlier layers. The compute stream waits for the update stream at the end of backward.
+  // Safe for an optimizer step: a bucket launches only when its last gradient is final, and by then
+  // backward has queued every kernel that reads those parameters.
+  enum class HookTiming { AtBackwardEnd, WhenReduced };
+  void set_bucket_reduced_hook(BucketHook hook, HookTiming timing = HookTiming::AtBackwardEnd) {
+    bucket_hook_ = std::move(hook);
+    hook_timing_ = timing;
+  }
 
   // ZeRO-1 (distributed/zero_optimizer.h). From here on each bucket is reduce-scattered instead of
   // all-reduced: rank r receives the average of only its block [r*S, (r+1)*S) of the bucket (the bucket
@@ -129,6 +141,8 @@ class DistributedDataParallel {
   void launch_ready_buckets();
   void launch(GradBucket& bucket);
   void finish_backward();
+  void run_hook_when_reduced(size_t index, GradBucket& bucket);
+  std::vector<Tensor> bucket_params(const GradBucket& bucket) const;
   void rebuild_from_observed_order();
   uint64_t instance_id();
 
@@ -153,6 +167,9 @@ class DistributedDataParallel {
   int exchange_generation_ = 0;             // a new exchange (new buffers) per bucket layout
   uint64_t callback_id_ = 0;
   BucketHook bucket_hook_;
+  HookTiming hook_timing_ = HookTiming::AtBackwardEnd;
+  struct UpdateStream;
+  std::unique_ptr<UpdateStream> update_stream_;  // WhenReduced hooks run here (created on first use)
 
   // Hooks and the backward-end callback reach this object through a cell the destructor clears, so a
   // tensor outliving its DDP wrapper never calls into a dead object.

@@ -37,6 +37,7 @@ struct GradBucket {
   // same layout as `buffer`; both padded to a multiple of the world size so each rank owns one block.
   Tensor param_buffer;
   size_t pending = 0;            // gradients not yet final in this backward
+  bool hooked = false;           // its reduced-hook already ran on the update stream in this backward
   std::shared_ptr<class Work> work;
 };
 

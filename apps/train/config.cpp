@@ -145,9 +145,9 @@ std::vector<Field> build_schema() {
           .help = "collectives: auto = nccl on GPU, gloo on CPU");
   DPT_KEY(Float, "distributed.bucket_cap_mb", distributed.bucket_cap_mb, .min = 0, .min_exclusive = true, .max = 65536,
           .help = "gradient bucket size (MiB)");
-  DPT_KEY(Choice, "distributed.grad_exchange", distributed.grad_exchange, .choices = {"auto", "nccl", "copy_engine"},
-          .help = "GPU gradient averaging: auto = copy engines when every GPU is on one host with peer access, "
-                  "else nccl");
+  DPT_KEY(Choice, "distributed.grad_exchange", distributed.grad_exchange, .choices = {"nccl", "copy_engine", "auto"},
+          .help = "GPU gradient averaging: nccl, copy_engine (DMA between GPUs of one host), auto = copy engines "
+                  "when every GPU is on one host with peer access, else nccl");
   DPT_KEY(Float, "distributed.first_bucket_mb", distributed.first_bucket_mb, .min = 0, .min_exclusive = true,
           .max = 65536, .help = "size of the first bucket (MiB), small so communication starts early");
   DPT_KEY(Choice, "distributed.comm_dtype", distributed.comm_dtype, .choices = {"fp32", "bf16"},

@@ -139,12 +139,11 @@ TEST_F(DdpParityCuda, OverlappedOptimizerTwoGpus) { expect_passes(2, "gpt overla
 TEST_F(DdpParityCuda, Bf16CommTwoGpus) { expect_passes(2, "mlp bf16comm cuda"); }
 TEST_F(DdpParityCuda, ZeroTwoGpus) { expect_passes(2, "gpt zero cuda"); }
 TEST_F(DdpParityCuda, ZeroBf16TwinsTwoGpus) { expect_passes(2, "gpt zerobf16 cuda"); }
-// The cases above take the default exchange (copy engines where the GPUs have peer access); these pin
-// each path, so both stay covered whichever the machine picks.
+// The cases above take the default exchange (NCCL); these pin each path, so both stay covered.
 TEST_F(DdpParityCuda, CopyEngineKnownAveragesTwoGpus) { expect_passes(2, "mlp exchange cuda"); }
 TEST_F(DdpParityCuda, CopyEngineTinyBucketsTwoGpus) { expect_passes(2, "mlp tiny cuda copy_engine"); }
 TEST_F(DdpParityCuda, CopyEngineGptTwoGpus) { expect_passes(2, "gpt default cuda copy_engine"); }
 TEST_F(DdpParityCuda, CopyEngineOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlap cuda copy_engine"); }
 TEST_F(DdpParityCuda, CopyEngineNoSyncTwoGpus) { expect_passes(2, "gpt nosync cuda copy_engine"); }
-TEST_F(DdpParityCuda, NcclMlpTwoGpus) { expect_passes(2, "mlp default cuda nccl"); }
-TEST_F(DdpParityCuda, NcclGptOverlapTwoGpus) { expect_passes(2, "gpt overlap cuda nccl"); }
+TEST_F(DdpParityCuda, AutoExchangeOptimizerInBackwardTwoGpus) { expect_passes(2, "mlp overlap cuda auto"); }
+
