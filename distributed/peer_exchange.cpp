@@ -261,7 +261,15 @@ PeerExchange::PeerExchange(std::shared_ptr<ProcessGroup> group, const std::vecto
   I.block = std::make_shared<OwnedBlock>();
   I.block->device = device;
   DPT_CUDA_CHECK(cudaMalloc(&I.block->ptr, at));
-  DPT_CUDA_CHECK(cudaMemset(I.block->ptr, 0, at));  // flags start below every sequence number; buffers zero
+  int least = 0, greatest = 0;
+  DPT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
+  I.stream = cuda::create_stream(device, greatest);
+  // Flags start below every sequence number; buffers at zero. The fill must have *finished* before any
+  // peer can see the block (the barrier below): a peer's first flag write landing before a late fill
+  // would be wiped out, and we would wait for it forever. Our streams do not order against the legacy
+  // default stream a plain cudaMemset uses, hence the fill on our stream and the host wait.
+  DPT_CUDA_CHECK(cudaMemsetAsync(I.block->ptr, 0, at, I.stream));
+  DPT_CUDA_CHECK(cudaStreamSynchronize(I.stream));
   cudaIpcMemHandle_t handle;
   DPT_CUDA_CHECK(cudaIpcGetMemHandle(&handle, I.block->ptr));
 
@@ -282,9 +290,6 @@ PeerExchange::PeerExchange(std::shared_ptr<ProcessGroup> group, const std::vecto
   }
   // Nobody writes into a peer's block before that peer has zeroed it (above) and mapped everyone's.
   store.barrier(base + "mapped");
-  int least = 0, greatest = 0;
-  DPT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-  I.stream = cuda::create_stream(device, greatest);
 }
 
 PeerExchange::~PeerExchange() {
