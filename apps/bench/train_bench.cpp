@@ -72,7 +72,7 @@ struct Args {
   double bucket_cap_mb = 25;
   std::string comm_dtype;  // empty: the gradients' dtype
   bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
-  bool updates_at_end = false;     // with --overlap-optimizer: updates after backward, not on the update stream
+  bool updates_when_reduced = false;  // with --overlap-optimizer: updates on DDP's update stream during backward
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   std::string grad_exchange = "nccl";  // with DDP: nccl, copy_engine or auto (DDPOptions::grad_exchange)
@@ -95,12 +95,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--bucket-cap-mb") a.bucket_cap_mb = std::stod(value());
     else if (k == "--comm-dtype") a.comm_dtype = value();
     else if (k == "--overlap-optimizer") a.overlap_optimizer = true;
-    else if (k == "--updates-at-backward-end") a.updates_at_end = a.overlap_optimizer = true;
+    else if (k == "--updates-when-reduced") a.updates_when_reduced = a.overlap_optimizer = true;
     else if (k == "--unfused-master") a.unfused_master = true;
     else if (k == "--zero") a.zero = true;
     else if (k == "--grad-exchange") a.grad_exchange = value();
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
-                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-at-backward-end, "
+                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
                   "--unfused-master, --zero, --grad-exchange)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
@@ -163,8 +163,8 @@ int run_train_bench(int argc, char** argv) {
           [&adam](std::vector<optim::ParamGroup> g) { return std::make_unique<optim::AdamW>(std::move(g), adam); });
     } else if (args.overlap_optimizer) {
       dist::step_in_backward(*ddp, opt,
-                             args.updates_at_end ? dist::DistributedDataParallel::HookTiming::AtBackwardEnd
-                                                 : dist::DistributedDataParallel::HookTiming::WhenReduced);
+                             args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced
+                                                       : dist::DistributedDataParallel::HookTiming::AtBackwardEnd);
     }
   }
   // bf16: the fused update reads the bf16 gradients and writes the bf16 parameters itself (no float32

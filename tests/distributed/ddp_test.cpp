@@ -112,6 +112,7 @@ TEST(DdpParityCpu, NoSyncAccumulationEqualsBigBatch) { expect_passes(2, "mlp nos
 TEST(DdpParityCpu, GptNoSyncAccumulationThreeRanks) { expect_passes(3, "gpt nosync cpu"); }
 TEST(DdpParityCpu, Bf16CommunicationWithinBf16Tolerance) { expect_passes(2, "mlp bf16comm cpu"); }
 TEST(DdpParityCpu, OptimizerStepPerBucketInsideBackward) { expect_passes(2, "mlp overlap cpu"); }
+TEST(DdpParityCpu, UpdateStreamTimingFallsBackToBackwardEndOnCpu) { expect_passes(2, "mlp overlapstream cpu"); }
 TEST(DdpParityCpu, GptOptimizerStepPerBucketThreeRanks) { expect_passes(3, "gpt overlap cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerTwoRanks) { expect_passes(2, "mlp zero cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerGptThreeRanks) { expect_passes(3, "gpt zero cpu"); }
@@ -146,4 +147,6 @@ TEST_F(DdpParityCuda, CopyEngineGptTwoGpus) { expect_passes(2, "gpt default cuda
 TEST_F(DdpParityCuda, CopyEngineOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlap cuda copy_engine"); }
 TEST_F(DdpParityCuda, CopyEngineNoSyncTwoGpus) { expect_passes(2, "gpt nosync cuda copy_engine"); }
 TEST_F(DdpParityCuda, AutoExchangeOptimizerInBackwardTwoGpus) { expect_passes(2, "mlp overlap cuda auto"); }
+TEST_F(DdpParityCuda, UpdateStreamOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlapstream cuda"); }
+TEST_F(DdpParityCuda, UpdateStreamWithCopyEnginesTwoGpus) { expect_passes(2, "mlp overlapstream cuda copy_engine"); }
 

@@ -3,7 +3,7 @@
 //   dpt_test_ddp_parity <model> <mode> <device> [auto | nccl | copy_engine]
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
-//          | zerobf16 | exchange
+//          | zerobf16 | exchange | overlapstream
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -145,7 +145,7 @@ bool compare(const nn::Module& got, const nn::Module& want, double tol, const st
 
 // How the replica's optimizer steps: after backward; inside backward bucket by bucket
 // (distributed/overlapped_optimizer.h); or sharded, ZeRO-1 (distributed/zero_optimizer.h).
-enum class Stepping { kAfterBackward, kInBackward, kZero };
+enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero };
 
 // One DDP replica next to the single-process reference, for kSteps steps.
 bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options, int micro_batches,
@@ -157,6 +157,9 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
   dist::DistributedDataParallel ddp(replica, pg, options);
   std::unique_ptr<dist::ZeroOptimizer> zero;
   if (stepping == Stepping::kInBackward) dist::step_in_backward(ddp, *rep_opt);
+  if (stepping == Stepping::kInBackwardWhenReduced) {
+    dist::step_in_backward(ddp, *rep_opt, dist::DistributedDataParallel::HookTiming::WhenReduced);
+  }
   if (stepping == Stepping::kZero) {
     zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), make_adamw);
     rep_opt.reset();
@@ -375,6 +378,11 @@ int main(int argc, char** argv) {
       // Many buckets, so the optimizer runs in many pieces, and accumulation: steps only on the last micro-batch.
       o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
       ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket inside backward", Stepping::kInBackward);
+    } else if (mode == "overlapstream") {
+      // The same, with each bucket's update on DDP's update stream during backward (CUDA).
+      o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
+      ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket on the update stream",
+                      Stepping::kInBackwardWhenReduced);
     } else if (mode == "zero") {
       // Default buckets (parameters cut across rank blocks mid-tensor) and accumulation.
       ok = run_parity(s, pg, o, 2, 1e-6, "ZeRO-1, default buckets", Stepping::kZero);
