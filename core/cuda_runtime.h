@@ -3,6 +3,7 @@
 // without CUDA these report no device and throw if asked to do device work.
 #include <cstddef>
 #include <cstdint>
+#include <memory>
 #include <string>
 
 namespace dpt::cuda {
@@ -24,5 +25,27 @@ void reset_peak_memory_stats(int device);
 // Page-locked host memory, for asynchronous host-to-device copies (data loader).
 void* allocate_pinned(size_t nbytes);
 void free_pinned(void* ptr);
+
+// The GPU time of the work enqueued on the current stream between hold() and release_ms(), with the
+// host out of the way. hold() makes the stream wait for the host (a host function that blocks until
+// release), so everything enqueued meanwhile then runs back to back; a wall-clock time of the same work
+// minus this one is the time the GPU sat idle waiting for launches. A region that synchronises the host
+// with the device would wait for the hold itself, so the hold gives up after a few seconds and
+// release_ms() reports that as an error instead of a time. Diagnostics (dpt-bench train --held).
+class HeldStreamTimer {
+ public:
+  HeldStreamTimer();
+  ~HeldStreamTimer();
+  HeldStreamTimer(const HeldStreamTimer&) = delete;
+  HeldStreamTimer& operator=(const HeldStreamTimer&) = delete;
+
+  void hold();
+  double release_ms();  // releases the stream, waits for the work, returns its GPU milliseconds
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
 
 }  // namespace dpt::cuda

@@ -22,4 +22,10 @@ void reset_peak_memory_stats(int) {}
 void* allocate_pinned(size_t) { no_cuda(); }
 void free_pinned(void*) {}
 
+struct HeldStreamTimer::State {};
+HeldStreamTimer::HeldStreamTimer() { no_cuda(); }
+HeldStreamTimer::~HeldStreamTimer() = default;
+void HeldStreamTimer::hold() { no_cuda(); }
+double HeldStreamTimer::release_ms() { no_cuda(); }
+
 }  // namespace dpt::cuda

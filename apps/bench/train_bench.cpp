@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
@@ -13,6 +14,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "core/safetensors.h"
 #include "distributed/ddp.h"
 #include "distributed/env.h"
 #include "distributed/overlapped_optimizer.h"
@@ -76,6 +78,9 @@ struct Args {
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   std::string grad_exchange = "nccl";  // with DDP: nccl, copy_engine or auto (DDPOptions::grad_exchange)
+  std::string save_start;  // non-empty: write the initial float32 parameters and the batch here (rank 0)
+  bool held = false;       // also time steps on a held stream: the GPU time without launch gaps
+  bool losses = false;     // print every step's loss, warm-up included, as "losses" in the JSON line
 };
 
 Args parse(int argc, char** argv) {
@@ -99,9 +104,12 @@ Args parse(int argc, char** argv) {
     else if (k == "--unfused-master") a.unfused_master = true;
     else if (k == "--zero") a.zero = true;
     else if (k == "--grad-exchange") a.grad_exchange = value();
+    else if (k == "--save-start") a.save_start = value();
+    else if (k == "--losses") a.losses = true;
+    else if (k == "--held") a.held = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
-                  "--unfused-master, --zero, --grad-exchange)", k);
+                  "--unfused-master, --zero, --grad-exchange, --save-start, --losses, --held)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
   DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
@@ -118,6 +126,18 @@ double now_seconds() {
   return std::chrono::duration<double>(std::chrono::steady_clock::now().time_since_epoch()).count();
 }
 
+// A copy on the CPU in `dtype`, outside autograd.
+Tensor host_copy(const Tensor& t, DType dtype) { return t.detach().to(Device::cpu()).to(dtype); }
+
+// A JSON number; non-finite losses as Python's json module writes them (NaN, Infinity).
+std::string json_number(double v) {
+  if (std::isnan(v)) return "NaN";
+  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%.9g", v);
+  return buf;
+}
+
 }  // namespace
 
 int run_train_bench(int argc, char** argv) {
@@ -130,7 +150,7 @@ int run_train_bench(int argc, char** argv) {
   std::shared_ptr<dist::ProcessGroup> group;
   if (env.world_size > 1) group = dist::init_process_group(env);
 
-  // 1. Model, in float32, on the device; then bf16 compute copies with float32 masters.
+  // 1. Model, in float32, on the device.
   Generator gen(0);
   std::shared_ptr<nn::Module> model;
   int64_t n_params = 0;
@@ -144,6 +164,35 @@ int run_train_bench(int argc, char** argv) {
   DType compute = args.precision == "bf16"   ? DType::BFloat16
                   : args.precision == "fp16" ? DType::Float16
                                              : DType::Float32;
+
+  // 2. One fixed random batch on the device (what the PyTorch reference does too).
+  Generator data_gen(1 + static_cast<uint64_t>(env.rank));
+  TensorOptions on_device = TensorOptions{}.with_device(device);
+  Tensor x, y;
+  double units_per_step;
+  if (w.gpt) {
+    int64_t t = w.gpt_config.block_size;
+    x = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int32));
+    y = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int64));
+    units_per_step = static_cast<double>(w.batch * t);
+  } else {
+    x = randn({w.batch, w.mlp_sizes.front()}, data_gen, on_device.with_dtype(compute));
+    y = randint({w.batch}, 0, w.mlp_sizes.back(), data_gen, on_device.with_dtype(DType::Int64));
+    units_per_step = static_cast<double>(w.batch);
+  }
+
+  // 3. --save-start: the starting point, before mixed precision or any step changes it, for
+  // bench/pytorch_reference.py --start: every parameter in float32 under its dptrain name, and the batch
+  // as "__x" (token ids in int64, or MLP inputs in float32: exact for bf16 ones) and "__y" (int64).
+  if (!args.save_start.empty() && env.rank == 0) {
+    NamedTensors start;
+    for (const auto& [name, p] : model->named_parameters()) start.emplace_back(name, host_copy(p, DType::Float32));
+    start.emplace_back("__x", host_copy(x, w.gpt ? DType::Int64 : DType::Float32));
+    start.emplace_back("__y", host_copy(y, DType::Int64));
+    save_safetensors(args.save_start, start, {{"workload", w.name}});
+  }
+
+  // 4. bf16/fp16 compute copies with float32 masters, the optimizer, DDP.
   optim::MixedPrecision mp(model->named_parameters(), compute);
   optim::AdamOptions adam;
   adam.lr = 3e-4;
@@ -174,22 +223,6 @@ int run_train_bench(int argc, char** argv) {
   if (twins && !zero) mp.fuse_with(opt);
   const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
 
-  // 2. One fixed random batch on the device (what the PyTorch reference does too).
-  Generator data_gen(1 + static_cast<uint64_t>(env.rank));
-  TensorOptions on_device = TensorOptions{}.with_device(device);
-  Tensor x, y;
-  double units_per_step;
-  if (w.gpt) {
-    int64_t t = w.gpt_config.block_size;
-    x = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int32));
-    y = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int64));
-    units_per_step = static_cast<double>(w.batch * t);
-  } else {
-    x = randn({w.batch, w.mlp_sizes.front()}, data_gen, on_device.with_dtype(compute));
-    y = randint({w.batch}, 0, w.mlp_sizes.back(), data_gen, on_device.with_dtype(DType::Int64));
-    units_per_step = static_cast<double>(w.batch);
-  }
-
   auto step = [&]() {
     // The optimizer inside backward reads the gradients backward writes: bf16 twins or float32 ones.
     if (twins || (optimizer_in_backward && !mp.enabled())) {
@@ -212,9 +245,14 @@ int run_train_bench(int argc, char** argv) {
     return loss;
   };
 
-  // 3. Warm up, then time each step to completion (device synchronised) and take the median.
+  // 5. Warm up, then time each step to completion (device synchronised) and take the median. --losses reads
+  // each loss after its step's time is taken.
   Tensor loss;
-  for (int i = 0; i < args.warmup; ++i) loss = step();
+  std::vector<double> losses;
+  for (int i = 0; i < args.warmup; ++i) {
+    loss = step();
+    if (args.losses) losses.push_back(loss.item());
+  }
   if (device.is_cuda()) {
     cuda::synchronize();
     cuda::reset_peak_memory_stats(device.index);
@@ -225,6 +263,7 @@ int run_train_bench(int argc, char** argv) {
     loss = step();
     if (device.is_cuda()) cuda::synchronize();
     times.push_back(now_seconds() - t0);
+    if (args.losses) losses.push_back(loss.item());
   }
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];
@@ -239,7 +278,22 @@ int run_train_bench(int argc, char** argv) {
   double peak_gib = device.is_cuda() ? static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 30) : 0;
   double final_loss = loss.item();
 
-  // 4. With DDP on CUDA, one more step with per-bucket events: how much communication backward hid.
+  // --held: the same steps enqueued while the stream waits for the host, then run back to back. The
+  // difference from the median above is the time the GPU waited for the host to launch work.
+  double held_ms = 0;
+  if (args.held && device.is_cuda()) {
+    cuda::HeldStreamTimer timer;
+    std::vector<double> held;
+    for (int i = 0; i < args.steps; ++i) {
+      timer.hold();
+      step();
+      held.push_back(timer.release_ms());
+    }
+    std::sort(held.begin(), held.end());
+    held_ms = held[held.size() / 2];
+  }
+
+  // 6. With DDP on CUDA, one more step with per-bucket events: how much communication backward hid.
   double comm_ms = 0, exposed_ms = 0;
   if (ddp && device.is_cuda()) {
     ddp->set_record_timing(true);
@@ -263,11 +317,21 @@ int run_train_bench(int argc, char** argv) {
     std::printf("{\"system\": \"dptrain\", \"workload\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                 "\"world\": %d, \"params\": %lld, \"step_ms\": %.4f, \"throughput\": %.1f, \"unit\": \"%s\", "
                 "\"mfu\": %.4f, \"peak_mem_gib\": %.3f, \"final_loss\": %.5f, \"comm_ms\": %.4f, "
-                "\"exposed_comm_ms\": %.4f, \"bucket_cap_mb\": %.2f, \"grad_bytes\": %lld}\n",
+                "\"exposed_comm_ms\": %.4f, \"bucket_cap_mb\": %.2f, \"grad_bytes\": %lld",
                 w.name.c_str(), args.precision.c_str(), device_name.c_str(), env.world_size,
                 static_cast<long long>(n_params), median * 1e3, units_per_step / median,
                 w.gpt ? "tokens/s" : "samples/s", mfu, peak_gib, final_loss, comm_ms, exposed_ms, args.bucket_cap_mb,
                 static_cast<long long>(n_params) * static_cast<long long>(dtype_size(compute)));
+    if (held_ms > 0) std::printf(", \"held_step_ms\": %.4f", held_ms);
+    if (args.losses) {
+      std::printf(", \"losses\": [");
+      for (size_t i = 0; i < losses.size(); ++i) std::printf("%s%s", i ? ", " : "", json_number(losses[i]).c_str());
+      std::printf("]");
+    }
+    std::printf("}\n");
+    if (held_ms > 0)
+      std::printf("dpt-bench train: GPU time of a step with the host ahead %.3f ms: %.3f ms of the step waited for "
+                  "launches\n", held_ms, median * 1e3 - held_ms);
     if (ddp && device.is_cuda()) {
       std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name());
       std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward (%.1f%% hidden)\n",
