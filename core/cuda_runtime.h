@@ -3,6 +3,7 @@
 // without CUDA these report no device and throw if asked to do device work.
 #include <cstddef>
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -25,6 +26,32 @@ void reset_peak_memory_stats(int device);
 // Page-locked host memory, for asynchronous host-to-device copies (data loader).
 void* allocate_pinned(size_t nbytes);
 void free_pinned(void* ptr);
+
+// A CUDA graph of work enqueued on the current stream: capture() runs `work` on the host once while the
+// stream records its kernels instead of running them; each replay() then enqueues all of them with one
+// launch, so the host's per-kernel cost (dispatch, autograd, allocation, launches) is paid once instead
+// of every step. Whatever `work` computes on the host is frozen at capture: hyperparameters that change
+// between replays must be read by the kernels from device memory (Adam::count_steps_on_device), and the
+// work must not synchronise with the device. Memory the capture allocates belongs to the graph (core/
+// cuda/graph_memory.h): tensors created by `work` and still alive afterwards (a step's loss) are
+// rewritten by every replay. One stream only (no DDP communication stream).
+class CudaGraph {
+ public:
+  CudaGraph();
+  ~CudaGraph();
+  CudaGraph(const CudaGraph&) = delete;
+  CudaGraph& operator=(const CudaGraph&) = delete;
+
+  void capture(const std::function<void()>& work);
+  void replay();
+  size_t memory_reserved() const;     // bytes the graph's memory holds, in use or free
+  size_t memory_outstanding() const;  // of those, held by tensors alive outside the graph
+
+  struct State;
+
+ private:
+  std::unique_ptr<State> state_;
+};
 
 // The GPU time of the work enqueued on the current stream between hold() and release_ms(), with the
 // host out of the way. hold() makes the stream wait for the host (a host function that blocks until

@@ -22,6 +22,14 @@ void reset_peak_memory_stats(int) {}
 void* allocate_pinned(size_t) { no_cuda(); }
 void free_pinned(void*) {}
 
+struct CudaGraph::State {};
+CudaGraph::CudaGraph() { no_cuda(); }
+CudaGraph::~CudaGraph() = default;
+void CudaGraph::capture(const std::function<void()>&) { no_cuda(); }
+void CudaGraph::replay() { no_cuda(); }
+size_t CudaGraph::memory_reserved() const { return 0; }
+size_t CudaGraph::memory_outstanding() const { return 0; }
+
 struct HeldStreamTimer::State {};
 HeldStreamTimer::HeldStreamTimer() { no_cuda(); }
 HeldStreamTimer::~HeldStreamTimer() = default;

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/factory.h"
 #ifdef DPT_HAVE_CUDA
 #include "optim/cuda/fused_kernels.h"
 #endif
@@ -47,6 +48,26 @@ AdamW::AdamW(const NamedTensors& params, const AdamOptions& options)
     : Adam(std::vector<ParamGroup>{ParamGroup{params, options.weight_decay, 1.0}}, options, true) {}
 
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamOptions& options) : Adam(std::move(groups), options, true) {}
+
+void Adam::count_steps_on_device() {
+  const Device device = param_groups().front().params.front().second.device();
+  for (const auto& group : param_groups())
+    for (const auto& [name, p] : group.params)
+      DPT_CHECK(p.device() == device && device.is_cuda(),
+                "Adam: count_steps_on_device needs every parameter on one CUDA device; '{}' is on {}", name,
+                p.device().str());
+  const TensorOptions on_device = TensorOptions{}.with_device(device);
+  device_step_ = from_vector<int64_t>({step_count()}, {1}, on_device.with_dtype(DType::Int64));
+  device_bias_corrections_ = zeros({2}, on_device.with_dtype(DType::Float32));
+}
+
+void Adam::on_begin_step() {
+  if (!device_step_.defined()) return;
+#ifdef DPT_HAVE_CUDA
+  cuda::adam_advance_step(device_step_.data<int64_t>(), device_bias_corrections_.data<float>(), options_.beta1,
+                          options_.beta2);
+#endif
+}
 
 bool Adam::fuses_twins(size_t g) const {
   const ParamGroup& group = param_groups()[g];
@@ -110,6 +131,7 @@ void Adam::update_group(size_t g, int64_t step) {
   hp.weight_decay = static_cast<float>(group.weight_decay);
   hp.bias_correction1 = static_cast<float>(bc1);
   hp.bias_correction2 = static_cast<float>(bc2);
+  if (device_bias_corrections_.defined()) hp.bias_corrections = device_bias_corrections_.data<float>();
   hp.decoupled = decoupled_;
   if (fused_twins) {
     cuda::adam_update_bf16_twins(dp, dg_bf16, dm, dv, dtwin, dn, hp);

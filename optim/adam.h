@@ -22,13 +22,23 @@ class Adam : public Optimizer {
   Adam(const NamedTensors& params, const AdamOptions& options);
   Adam(std::vector<ParamGroup> groups, const AdamOptions& options, bool decoupled_weight_decay = false);
 
+  // For steps captured in a CUDA graph (cuda::CudaGraph): the step number and the bias corrections it
+  // gives live on the device, advanced by a kernel at each begin_step(), so every replay of a captured
+  // step updates as the next step, not as the captured one. The host's step_count() then counts the
+  // steps the host ran (captures included), not replays. CUDA parameters only; the learning rate is
+  // still the host's, so keep it constant across replays.
+  void count_steps_on_device();
+
  protected:
+  void on_begin_step() override;
   void update_group(size_t g, int64_t step) override;
   bool fuses_twins(size_t g) const override;
 
  private:
   AdamOptions options_;
   bool decoupled_;
+  Tensor device_step_;              // int64 [1], with count_steps_on_device
+  Tensor device_bias_corrections_;  // float32 [2]: 1 - beta1^t, 1 - beta2^t
 };
 
 class AdamW : public Adam {

@@ -43,7 +43,10 @@ void Optimizer::step() {
   run_updates();
 }
 
-void Optimizer::begin_step() { ++step_; }
+void Optimizer::begin_step() {
+  ++step_;
+  on_begin_step();
+}
 
 void Optimizer::update(const std::vector<Tensor>& params) {
   DPT_CHECK(step_ > 0, "optimizer update: call begin_step() first");

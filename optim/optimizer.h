@@ -60,6 +60,8 @@ class Optimizer {
   void load_state_dict(const NamedTensors& state);
 
  protected:
+  // Called by begin_step() once the host step counter has advanced.
+  virtual void on_begin_step() {}
   // Update group `g` for step number `step` (1-based, as bias correction wants it): every parameter i
   // with selected(g, i) and a gradient.
   virtual void update_group(size_t g, int64_t step) = 0;

@@ -79,6 +79,7 @@ struct Args {
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   std::string grad_exchange = "nccl";  // with DDP: nccl, copy_engine or auto (DDPOptions::grad_exchange)
   std::string save_start;  // non-empty: write the initial float32 parameters and the batch here (rank 0)
+  bool cuda_graph = false;  // capture one step after warm-up and replay it (one launch per step)
   bool held = false;       // also time steps on a held stream: the GPU time without launch gaps
   bool losses = false;     // print every step's loss, warm-up included, as "losses" in the JSON line
 };
@@ -107,9 +108,11 @@ Args parse(int argc, char** argv) {
     else if (k == "--save-start") a.save_start = value();
     else if (k == "--losses") a.losses = true;
     else if (k == "--held") a.held = true;
+    else if (k == "--cuda-graph") a.cuda_graph = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
-                  "--unfused-master, --zero, --grad-exchange, --save-start, --losses, --held)", k);
+                  "--unfused-master, --zero, --grad-exchange, --save-start, --losses, --held, "
+                  "--cuda-graph)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
   DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
@@ -117,6 +120,8 @@ Args parse(int argc, char** argv) {
   DPT_CHECK(!(a.zero || a.overlap_optimizer) || (a.precision != "fp16" && !a.unfused_master),
             "dpt-bench train: --zero and --overlap-optimizer update inside backward, from bf16 compute twins or "
             "float32 gradients: not with fp16 (loss scaling) or --unfused-master");
+  DPT_CHECK(!a.cuda_graph || a.precision != "fp16", "dpt-bench train: --cuda-graph cannot hold fp16's loss "
+            "scaling (it reads the overflow flag on the host every step)");
   DPT_CHECK(!a.zero || a.comm_dtype.empty(), "dpt-bench train: --zero communicates in the gradients' dtype "
             "(no --comm-dtype)");
   return a;
@@ -222,6 +227,11 @@ int run_train_bench(int argc, char** argv) {
   const bool twins = compute == DType::BFloat16 && !args.unfused_master;
   if (twins && !zero) mp.fuse_with(opt);
   const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
+  DPT_CHECK(!args.cuda_graph || (device.is_cuda() && !ddp),
+            "dpt-bench train: --cuda-graph runs one process on one GPU (no DDP; device {})", device.str());
+  DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(), "dpt-bench train: --cuda-graph needs bf16 with fused "
+            "master updates or fp32 (not --unfused-master)");
+  if (args.cuda_graph) opt.count_steps_on_device();  // replays advance the step on the device
 
   auto step = [&]() {
     // The optimizer inside backward reads the gradients backward writes: bf16 twins or float32 ones.
@@ -253,6 +263,20 @@ int run_train_bench(int argc, char** argv) {
     loss = step();
     if (args.losses) losses.push_back(loss.item());
   }
+  // --cuda-graph: the next step is captured (the host runs it, the GPU does not) and every timed step
+  // replays it; `loss` is then the graph's output, rewritten by each replay.
+  std::unique_ptr<cuda::CudaGraph> graph;
+  if (args.cuda_graph) {
+    graph = std::make_unique<cuda::CudaGraph>();
+    graph->capture([&] { loss = step(); });
+  }
+  auto timed_step = [&] {
+    if (graph) {
+      graph->replay();
+    } else {
+      loss = step();
+    }
+  };
   if (device.is_cuda()) {
     cuda::synchronize();
     cuda::reset_peak_memory_stats(device.index);
@@ -260,7 +284,7 @@ int run_train_bench(int argc, char** argv) {
   std::vector<double> times;
   for (int i = 0; i < args.steps; ++i) {
     double t0 = now_seconds();
-    loss = step();
+    timed_step();
     if (device.is_cuda()) cuda::synchronize();
     times.push_back(now_seconds() - t0);
     if (args.losses) losses.push_back(loss.item());
@@ -275,7 +299,12 @@ int run_train_bench(int argc, char** argv) {
   std::string device_name = device.is_cuda() ? cuda::device_name(device.index) : "cpu";
   double peak = args.peak_tflops > 0 ? args.peak_tflops : nn::peak_bf16_tflops(device_name.c_str());
   double mfu = flops_per_step / median / (peak * 1e12);
-  double peak_gib = device.is_cuda() ? static_cast<double>(cuda::max_memory_allocated(device.index)) / (1 << 30) : 0;
+  double peak_bytes = device.is_cuda() ? static_cast<double>(cuda::max_memory_allocated(device.index)) : 0;
+  if (graph) {  // the graph keeps its whole memory reserved, in use or not: count all of it
+    peak_bytes = std::max(peak_bytes, static_cast<double>(cuda::memory_allocated(device.index) -
+                                                          graph->memory_outstanding() + graph->memory_reserved()));
+  }
+  double peak_gib = peak_bytes / (1 << 30);
   double final_loss = loss.item();
 
   // --held: the same steps enqueued while the stream waits for the host, then run back to back. The
@@ -286,7 +315,7 @@ int run_train_bench(int argc, char** argv) {
     std::vector<double> held;
     for (int i = 0; i < args.steps; ++i) {
       timer.hold();
-      step();
+      timed_step();
       held.push_back(timer.release_ms());
     }
     std::sort(held.begin(), held.end());
@@ -310,16 +339,16 @@ int run_train_bench(int argc, char** argv) {
     ddp->set_record_timing(false);
   }
   if (env.rank == 0) {
-    std::printf("dpt-bench train: %s %s on %s x%d: %.0f %s per GPU, step %.2f ms, MFU %.1f%%, peak %.2f GiB, "
+    std::printf("dpt-bench train: %s %s%s on %s x%d: %.0f %s per GPU, step %.2f ms, MFU %.1f%%, peak %.2f GiB, "
                 "loss %.4f\n",
-                w.name.c_str(), args.precision.c_str(), device_name.c_str(), env.world_size, units_per_step / median,
+                w.name.c_str(), graph ? "(CUDA graph) " : "", args.precision.c_str(), device_name.c_str(), env.world_size, units_per_step / median,
                 w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
-    std::printf("{\"system\": \"dptrain\", \"workload\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
+    std::printf("{\"system\": \"%s\", \"workload\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                 "\"world\": %d, \"params\": %lld, \"step_ms\": %.4f, \"throughput\": %.1f, \"unit\": \"%s\", "
                 "\"mfu\": %.4f, \"peak_mem_gib\": %.3f, \"final_loss\": %.5f, \"comm_ms\": %.4f, "
                 "\"exposed_comm_ms\": %.4f, \"bucket_cap_mb\": %.2f, \"grad_bytes\": %lld",
-                w.name.c_str(), args.precision.c_str(), device_name.c_str(), env.world_size,
-                static_cast<long long>(n_params), median * 1e3, units_per_step / median,
+                graph ? "dptrain+graph" : "dptrain", w.name.c_str(), args.precision.c_str(), device_name.c_str(),
+                env.world_size, static_cast<long long>(n_params), median * 1e3, units_per_step / median,
                 w.gpt ? "tokens/s" : "samples/s", mfu, peak_gib, final_loss, comm_ms, exposed_ms, args.bucket_cap_mb,
                 static_cast<long long>(n_params) * static_cast<long long>(dtype_size(compute)));
     if (held_ms > 0) std::printf(", \"held_step_ms\": %.4f", held_ms);

@@ -60,7 +60,8 @@ double HeldStreamTimer::release_ms() {
   state_->released.store(true, std::memory_order_release);
   state_->end.synchronize();
   state_->stream = nullptr;
-  DPT_CHECK(!state_->gave_up.load(), "HeldStreamTimer: the held region waited for the device from the host "
+  DPT_CHECK(!state_->gave_up.load(),
+            "HeldStreamTimer: the held region waited for the device from the host "
             "(or queued more work than the stream holds) and the hold gave up after {} s: no GPU time to report",
             kHoldLimit.count());
   return state_->start.elapsed_ms(state_->end);

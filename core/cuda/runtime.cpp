@@ -21,6 +21,7 @@
 
 #include "core/block_cache.h"
 #include "core/cuda/check.h"
+#include "core/cuda/graph_memory.h"
 #include "core/cuda/memory.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_runtime.h"
@@ -142,6 +143,11 @@ void* allocate(size_t nbytes, int device) {
   device = checked_device(device, "allocate");
   if (nbytes == 0) return nullptr;
   const size_t bytes = BlockCache::round_up(nbytes);
+  if (GraphMemory* graph = capturing_graph_memory(); graph && graph->device() == device) {
+    void* ptr = graph->take(bytes);  // a CUDA graph is being captured: its memory, never the pool's
+    note_allocated(device, nbytes);
+    return ptr;
+  }
   cudaStream_t stream = current_stream(device);
   void* ptr = caching_enabled() ? block_cache(device).take(stream, bytes) : nullptr;
   if (ptr == nullptr) {
@@ -178,6 +184,8 @@ void deallocate(void* ptr, size_t nbytes, int device) {
   } catch (const std::exception&) {
     stream = nullptr;
   }
+  // A CUDA graph's block, or one freed while a graph is captured: neither may go back to the pool.
+  if (graph_memory_deallocate(ptr, BlockCache::round_up(nbytes), stream)) return;
   bool flush = false;
   if (stream && caching_enabled()) {
     const BlockCache::Put kept = block_cache(device).put(stream, BlockCache::round_up(nbytes), ptr);

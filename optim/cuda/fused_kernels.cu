@@ -168,6 +168,10 @@ __device__ __forceinline__ void store4(float* x, const float4& value) { *reinter
 // rest, and each tensor's last < 4 elements, go one element at a time through the same adam_element.
 template <class G, bool kTwin, bool kDecoupled>
 __global__ void __launch_bounds__(kThreads) adam_kernel(MultiTensorArgs args, AdamParams hp) {
+  if (hp.bias_corrections) {
+    hp.bias_correction1 = hp.bias_corrections[0];
+    hp.bias_correction2 = hp.bias_corrections[1];
+  }
   const ChunkRange c = chunk_of_block(args);
   float* p = static_cast<float*>(args.ptrs[0][c.tensor]);
   const G* g = static_cast<const G*>(args.ptrs[1][c.tensor]);
@@ -304,7 +308,18 @@ void check_sizes(const char* what, size_t n, const std::vector<int64_t>& sizes) 
   DPT_CHECK(n == sizes.size(), "{}: {} pointers for {} sizes", what, n, sizes.size());
 }
 
+__global__ void adam_advance_step_kernel(int64_t* step, float* bias_corrections, double beta1, double beta2) {
+  const int64_t t = ++*step;
+  bias_corrections[0] = static_cast<float>(1.0 - pow(beta1, static_cast<double>(t)));
+  bias_corrections[1] = static_cast<float>(1.0 - pow(beta2, static_cast<double>(t)));
+}
+
 }  // namespace
+
+void adam_advance_step(int64_t* step, float* bias_corrections, double beta1, double beta2) {
+  adam_advance_step_kernel<<<1, 1, 0, dpt::cuda::current_stream()>>>(step, bias_corrections, beta1, beta2);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
 
 void adam_update(const std::vector<float*>& params, const std::vector<const float*>& grads,
                  const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,

@@ -16,7 +16,13 @@ struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
   float bias_correction1 = 1.f, bias_correction2 = 1.f;  // 1 - beta^t
   bool decoupled = false;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p
+  // Device memory holding {1 - beta1^t, 1 - beta2^t}: when set, the kernels read the corrections there
+  // instead of the two fields above, so an update captured in a CUDA graph uses each replay's step.
+  const float* bias_corrections = nullptr;
 };
+// On the device: step += 1, then bias_corrections = {1 - beta1^step, 1 - beta2^step} (in double, rounded
+// to float, as the host computes them). One thread; the step's first launch.
+void adam_advance_step(int64_t* step, float* bias_corrections, double beta1, double beta2);
 void adam_update(const std::vector<float*>& params, const std::vector<const float*>& grads,
                  const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
                  const std::vector<int64_t>& sizes, const AdamParams& hp);
