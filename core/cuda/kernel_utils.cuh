@@ -190,6 +190,12 @@ namespace dpt::cuda_kernels {
 // A row that starts at an arbitrary element (e.g. row r of [rows, 50257]) is split into a scalar head
 // up to the first 16-byte boundary, V-element vectors, and a scalar tail. With V == 1 everything is
 // scalar. Threads `tid` of `nthreads` share the row; visits are in no particular order.
+//
+// A thread loads kRowBatch of its vectors before it uses any of them. One 16-byte load in flight per
+// thread is too few to cover device-memory latency on a long row (a vocabulary) when the use of each
+// element depends on the last (the online max/sum). The order in which a thread applies f is that of
+// the plain loop, so the results are bitwise the same.
+constexpr int kRowBatch = 4;
 
 template <int V, class T>
 __device__ __forceinline__ int64_t row_head(const T* p, int64_t n) {
@@ -209,11 +215,19 @@ __device__ __forceinline__ void row_visit(const T* __restrict__ p, int64_t n, in
   for (int64_t j = tid; j < head; j += nthreads) f(j, p[j]);
   const int64_t nv = (n - head) / V;
   const auto* pv = reinterpret_cast<const Vec<T, V>*>(p + head);
-  for (int64_t k = tid; k < nv; k += nthreads) {
-    const Vec<T, V> v = pv[k];
+  auto use = [&](int64_t k, const Vec<T, V>& v) {
 #pragma unroll
     for (int q = 0; q < V; ++q) f(head + k * V + q, v.v[q]);
+  };
+  int64_t k = tid;
+  for (; k + (kRowBatch - 1) * static_cast<int64_t>(nthreads) < nv; k += kRowBatch * static_cast<int64_t>(nthreads)) {
+    Vec<T, V> v[kRowBatch];
+#pragma unroll
+    for (int b = 0; b < kRowBatch; ++b) v[b] = pv[k + b * nthreads];
+#pragma unroll
+    for (int b = 0; b < kRowBatch; ++b) use(k + b * nthreads, v[b]);
   }
+  for (; k < nv; k += nthreads) use(k, pv[k]);
   for (int64_t j = head + nv * V + tid; j < n; j += nthreads) f(j, p[j]);
 }
 
@@ -227,20 +241,31 @@ __device__ __forceinline__ void row_map(const T* a, U* out, int64_t n, int tid, 
   const int64_t nv = (n - head) / V;
   const auto* av = reinterpret_cast<const Vec<T, V>*>(a + head);
   auto* ov = reinterpret_cast<Vec<U, V>*>(out + head);
-  auto vector = [&](int64_t k) {
-    const Vec<T, V> v = av[k];
+  auto store = [&](int64_t k, const Vec<T, V>& v) {
     Vec<U, V> r;
 #pragma unroll
     for (int q = 0; q < V; ++q) r.v[q] = f(head + k * V + q, v.v[q]);
     ov[k] = r;
   };
+  // kRowBatch vectors loaded, then mapped and stored in order; `step` is nthreads or -nthreads. In place,
+  // every element is still loaded by the thread that stores it, before the store.
+  auto vectors = [&](int64_t k, int64_t step, auto in_range) {
+    for (; in_range(k + (kRowBatch - 1) * step); k += kRowBatch * step) {
+      Vec<T, V> v[kRowBatch];
+#pragma unroll
+      for (int b = 0; b < kRowBatch; ++b) v[b] = av[k + b * step];
+#pragma unroll
+      for (int b = 0; b < kRowBatch; ++b) store(k + b * step, v[b]);
+    }
+    for (; in_range(k); k += step) store(k, av[k]);
+  };
   if constexpr (Reverse) {
     for (int64_t j = n - 1 - tid; j >= head + nv * V; j -= nthreads) out[j] = f(j, a[j]);
-    for (int64_t k = nv - 1 - tid; k >= 0; k -= nthreads) vector(k);
+    vectors(nv - 1 - tid, -static_cast<int64_t>(nthreads), [](int64_t k) { return k >= 0; });
     for (int64_t j = head - 1 - tid; j >= 0; j -= nthreads) out[j] = f(j, a[j]);
   } else {
     for (int64_t j = tid; j < head; j += nthreads) out[j] = f(j, a[j]);
-    for (int64_t k = tid; k < nv; k += nthreads) vector(k);
+    vectors(tid, nthreads, [nv](int64_t k) { return k < nv; });
     for (int64_t j = head + nv * V + tid; j < n; j += nthreads) out[j] = f(j, a[j]);
   }
 }
