@@ -1,7 +1,5 @@
 #include "core/cuda/graph_memory.h"
 
-#include <spdlog/spdlog.h>
-
 #include <algorithm>
 #include <atomic>
 
