@@ -18,6 +18,13 @@
 // later call fails with an error naming the operation, its sequence number and the timeout. If the
 // abort itself hangs, or no thread of the program notices the error within kUnobservedErrorGrace, the
 // process exits with status 1 after printing the error, so a job never hangs silently.
+//
+// CUDA graphs. A collective enqueued while the caller's stream is being captured becomes a node of the
+// graph (the comm stream joins the capture through the event it waits on, and leaves it when the caller
+// waits on the end event). Nothing runs then, so such an operation is not handed to the watchdog, and
+// its Work can be waited on by streams but not asked about from the host. Each replay runs the captured
+// collectives again; the watchdog cannot see those (NCCL's own ncclCommAbort still stops them if
+// another operation fails), so a graph is replayed only by a program whose ranks replay in step.
 #include "distributed/backend.h"
 
 #ifndef DPT_HAVE_CUDA
@@ -102,9 +109,10 @@ struct CommState {
 
 class NcclWork : public Work {
  public:
-  NcclWork(OpDesc desc, int device, std::shared_ptr<CommState> state, bool host_blocking, cudaStream_t stream)
+  NcclWork(OpDesc desc, int device, std::shared_ptr<CommState> state, bool host_blocking, cudaStream_t stream,
+           bool captured)
       : desc_(std::move(desc)), device_(device), state_(std::move(state)), host_blocking_(host_blocking),
-        stream_(stream), end_(false, device) {}
+        captured_(captured), stream_(stream), end_(false, device) {}
 
   void wait() override {
     if (!state_->get_error().empty()) state_->raise("NCCL " + desc_.description + " did not complete");
@@ -117,10 +125,14 @@ class NcclWork : public Work {
     if (current != stream_) end_.wait(current);  // on its own stream, later work is ordered after it already
   }
 
-  bool is_completed() override { return !state_->get_error().empty() || end_.query(); }
+  bool is_completed() override {
+    refuse_if_captured("is_completed()");
+    return !state_->get_error().empty() || end_.query();
+  }
 
   // Host wait that keeps checking for the watchdog's verdict instead of blocking in the driver.
   void synchronize() override {
+    refuse_if_captured("synchronize()");
     while (true) {
       if (!state_->get_error().empty()) state_->raise("NCCL " + desc_.description + " did not complete");
       if (end_.query()) break;
@@ -136,10 +148,17 @@ class NcclWork : public Work {
   const OpDesc& desc() const { return desc_; }
 
  private:
+  // Its end event marks a node of a graph, not work that will ever finish on a stream.
+  void refuse_if_captured(const char* what) const {
+    DPT_CHECK(!captured_, "NCCL {}: {} of an operation captured in a CUDA graph; the graph's replays run it, "
+              "so wait for it on a stream (wait()) or synchronise after a replay", desc_.description, what);
+  }
+
   OpDesc desc_;
   int device_;
   std::shared_ptr<CommState> state_;
   bool host_blocking_;
+  bool captured_;
   cudaStream_t stream_;  // where the operation was queued
   cuda::CudaEvent end_;
 };
@@ -347,7 +366,10 @@ class NcclBackend : public Backend {
     cuda::DeviceGuard guard(device_);
     cudaStream_t caller = cuda::current_stream(device_);
     const cudaStream_t stream = desc.on_caller_stream ? caller : comm_stream_;
-    auto work = std::make_shared<NcclWork>(desc, device_, state_, host_blocking, stream);
+    const bool captured = cuda::stream_is_capturing(caller);
+    DPT_CHECK(!captured || !host_blocking, "NCCL {}: cannot be captured in a CUDA graph (it blocks the host until "
+              "every rank arrives)", desc.description);
+    auto work = std::make_shared<NcclWork>(desc, device_, state_, host_blocking, stream, captured);
     {
       std::lock_guard<std::mutex> lock(launch_mutex_);
       if (desc.on_caller_stream) {
@@ -370,8 +392,12 @@ class NcclBackend : public Backend {
       wait_ready(Clock::now() + timeout_, desc.description, timeout_);
     }
     work->end_event().record(stream);
-    {
-      std::lock_guard<std::mutex> lock(mutex_);
+    std::lock_guard<std::mutex> lock(mutex_);
+    if (captured) {
+      // Nothing runs now. Every replay reads and writes these tensors on the comm stream, beside the
+      // graph's compute: their memory must never serve another allocation of the graph.
+      for (auto& t : tensors) captured_keep_alive_.push_back(std::move(t));
+    } else {
       pending_.push_back(Pending{work, std::move(tensors), Clock::now()});
     }
     return work;
@@ -495,6 +521,7 @@ class NcclBackend : public Backend {
   std::mutex mutex_;  // guards pending_ and stopping_
   std::condition_variable watchdog_cv_;
   std::deque<Pending> pending_;
+  std::vector<Tensor> captured_keep_alive_;  // tensors of collectives captured in CUDA graphs
   bool stopping_ = false;
   std::thread watchdog_;
 };

@@ -58,6 +58,12 @@ void set_current_stream(cudaStream_t stream) {
   t_current_streams[device] = stream;
 }
 
+bool stream_is_capturing(cudaStream_t stream) {
+  cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+  DPT_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));
+  return status == cudaStreamCaptureStatusActive;
+}
+
 cudaStream_t create_stream(int device, int priority) {
   DeviceGuard guard(device);
   int least = 0, greatest = 0;

@@ -15,6 +15,8 @@ cudaStream_t current_stream(int device = -1);
 void set_current_stream(cudaStream_t stream);
 // The per-device default stream described above (created on first call).
 cudaStream_t default_stream(int device = -1);
+// True while `stream` is being captured into a CUDA graph: work enqueued now is recorded, not run.
+bool stream_is_capturing(cudaStream_t stream);
 // A new non-blocking stream on `device` (lower priority numbers run first; 0 is the default priority).
 // The caller owns it and destroys it with destroy_stream.
 cudaStream_t create_stream(int device, int priority = 0);

@@ -149,4 +149,7 @@ TEST_F(DdpParityCuda, CopyEngineNoSyncTwoGpus) { expect_passes(2, "gpt nosync cu
 TEST_F(DdpParityCuda, AutoExchangeOptimizerInBackwardTwoGpus) { expect_passes(2, "mlp overlap cuda auto"); }
 TEST_F(DdpParityCuda, UpdateStreamOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlapstream cuda"); }
 TEST_F(DdpParityCuda, UpdateStreamWithCopyEnginesTwoGpus) { expect_passes(2, "mlp overlapstream cuda copy_engine"); }
+// The whole step, AllReduces included, captured in a CUDA graph and replayed (NCCL).
+TEST_F(DdpParityCuda, CudaGraphMlpTwoGpus) { expect_passes(2, "mlp graph cuda nccl"); }
+TEST_F(DdpParityCuda, CudaGraphGptTwoGpus) { expect_passes(2, "gpt graph cuda nccl"); }
 

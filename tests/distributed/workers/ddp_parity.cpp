@@ -3,7 +3,7 @@
 //   dpt_test_ddp_parity <model> <mode> <device> [auto | nccl | copy_engine]
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
-//          | zerobf16 | exchange | overlapstream
+//          | zerobf16 | exchange | overlapstream | graph
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -185,6 +185,55 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
     }
     if (stepping == Stepping::kAfterBackward) rep_opt->step();
     if (!compare(*replica, *reference, tol, label + " step " + std::to_string(step), s.rank)) return false;
+  }
+  return true;
+}
+
+// The replica's step (forward, backward with the buckets' AllReduces on the comm stream, AdamW with
+// its step counted on the device) captured once in a CUDA graph and replayed, each step's slice of
+// the batch copied into the graph's input buffers first, as a trainer would. Two eager steps come
+// first: the bucket rebuild after the first backward must not happen inside the capture. Every replay
+// must keep the replica on the single-process reference, so a replay that skipped its AllReduces (or
+// reran the captured batch) fails.
+bool run_graph(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options) {
+  auto reference = make_model(s);
+  auto replica = make_model(s);
+  auto ref_opt = make_optimizer(*reference);
+  auto rep_opt = make_optimizer(*replica);
+  rep_opt->count_steps_on_device();
+  dist::DistributedDataParallel ddp(replica, pg, options);
+  Tensor x_in, y_in;  // the graph reads its batch from here
+  auto replica_step = [&] {
+    replica->zero_grad();
+    loss_of(s, *replica, x_in, y_in).backward();
+    rep_opt->step();
+  };
+  std::unique_ptr<cuda::CudaGraph> graph;
+  constexpr int kEagerSteps = 2;
+  for (int step = 0; step < kEagerSteps + kSteps; ++step) {
+    auto [x, y] = global_batch(s, step);
+    ref_opt->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    ref_opt->step();
+
+    const int64_t begin = s.rank * kPerRankBatch;
+    Tensor x_mine = x.slice(begin, begin + kPerRankBatch), y_mine = y.slice(begin, begin + kPerRankBatch);
+    if (!x_in.defined()) {
+      x_in = empty_like(x_mine);
+      y_in = empty_like(y_mine);
+    }
+    x_in.copy_(x_mine);
+    y_in.copy_(y_mine);
+    if (step < kEagerSteps) {
+      replica_step();
+    } else {
+      if (!graph) {
+        graph = std::make_unique<cuda::CudaGraph>();
+        graph->capture(replica_step);  // recorded, not run
+      }
+      graph->replay();
+    }
+    if (!compare(*replica, *reference, 1e-6, "CUDA graph replay, step " + std::to_string(step), s.rank)) return false;
   }
   return true;
 }
@@ -395,6 +444,8 @@ int main(int argc, char** argv) {
       ok = run_unused(s, pg);
     } else if (mode == "mismatch") {
       ok = run_mismatch(s, pg);
+    } else if (mode == "graph") {
+      ok = run_graph(s, pg, o);
     } else if (mode == "exchange") {
       ok = run_exchange(s, pg);
     } else {
