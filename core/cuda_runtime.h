@@ -34,7 +34,8 @@ void free_pinned(void* ptr);
 // between replays must be read by the kernels from device memory (Adam::count_steps_on_device), and the
 // work must not synchronise with the device. Memory the capture allocates belongs to the graph (core/
 // cuda/graph_memory.h): tensors created by `work` and still alive afterwards (a step's loss) are
-// rewritten by every replay. One stream only (no DDP communication stream).
+// rewritten by every replay. Other streams take part only by forking from the current stream and joining
+// back into it through events before capture() returns (DDP's communication stream does).
 class CudaGraph {
  public:
   CudaGraph();

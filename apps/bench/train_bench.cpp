@@ -347,8 +347,8 @@ int run_train_bench(int argc, char** argv) {
   if (env.rank == 0) {
     std::printf("dpt-bench train: %s %s%s on %s x%d: %.0f %s per GPU, step %.2f ms, MFU %.1f%%, peak %.2f GiB, "
                 "loss %.4f\n",
-                w.name.c_str(), graph ? "(CUDA graph) " : "", args.precision.c_str(), device_name.c_str(), env.world_size, units_per_step / median,
-                w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
+                w.name.c_str(), graph ? "(CUDA graph) " : "", args.precision.c_str(), device_name.c_str(),
+                env.world_size, units_per_step / median, w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
     std::printf("{\"system\": \"%s\", \"workload\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
                 "\"world\": %d, \"params\": %lld, \"step_ms\": %.4f, \"throughput\": %.1f, \"unit\": \"%s\", "
                 "\"mfu\": %.4f, \"peak_mem_gib\": %.3f, \"final_loss\": %.5f, \"comm_ms\": %.4f, "

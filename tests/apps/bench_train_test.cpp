@@ -5,7 +5,6 @@
 
 #include <cstdlib>
 #include <filesystem>
-#include <fstream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -13,15 +12,11 @@
 #include "core/safetensors.h"
 #include "layers/losses.h"
 #include "layers/mlp.h"
+#include "train_test_util.h"
 
 namespace {
 
-std::string read(const std::filesystem::path& p) {
-  std::ifstream in(p);
-  std::stringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using dpt::train::test_util::read_text;
 
 // The numbers of the JSON line's "losses": [a, b, ...].
 std::vector<double> losses_of(const std::string& output) {
@@ -42,9 +37,9 @@ TEST(BenchTrain, SaveStartHoldsTheStartingPointOfTheFirstLoss) {
   const std::string cmd = std::string(DPT_BINARY_DIR) + "/bin/dpt-bench train --workload mlp_small --device cpu " +
                           "--precision fp32 --steps 3 --warmup 1 --save-start " + start + " --losses > " + log +
                           " 2>&1";
-  ASSERT_EQ(std::system(cmd.c_str()), 0) << read(log);
-  const std::vector<double> losses = losses_of(read(log));
-  ASSERT_EQ(losses.size(), 4u) << "one loss per step, warm-up included: " << read(log);
+  ASSERT_EQ(std::system(cmd.c_str()), 0) << read_text(log);
+  const std::vector<double> losses = losses_of(read_text(log));
+  ASSERT_EQ(losses.size(), 4u) << "one loss per step, warm-up included: " << read_text(log);
 
   // The file's weights and batch give the first step's loss exactly: it is where training started.
   const dpt::SafetensorsContents file = dpt::load_safetensors(start);
@@ -67,7 +62,7 @@ TEST(BenchTrain, CudaGraphWithoutAGpuIsAClearError) {
   const std::string cmd = std::string(DPT_BINARY_DIR) +
                           "/bin/dpt-bench train --workload mlp_small --device cpu --cuda-graph > " + log + " 2>&1";
   EXPECT_NE(std::system(cmd.c_str()), 0);
-  EXPECT_NE(read(log).find("--cuda-graph runs on a GPU (device cpu)"), std::string::npos) << read(log);
+  EXPECT_NE(read_text(log).find("--cuda-graph runs on a GPU (device cpu)"), std::string::npos) << read_text(log);
 }
 
 }  // namespace
