@@ -8,6 +8,10 @@
 //   `layouts` says (core/attention_layout.h; a gradient has its operand's layout), e.g. q, k and v all
 //   the one packed [B, T, 3C] tensor. The CPU runs every floating dtype; CUDA runs only the cases
 //   flash_attention_strided_supported accepts.
+//   grad_sums (backward_strided), when defined: grad_q, grad_k and grad_v are the parts of one packed
+//   [B, T, 3C] buffer (AttentionLayouts::packed_qkv, C = layouts.q.heads d) and grad_sums, [3C] in float32
+//   or the gradient's dtype, receives the column sums of that buffer as written: the QKV projection's
+//   bias gradient (core/grad_column_sums.h), formed on the way instead of by a pass over the buffer.
 #include <cstdint>
 
 #include "core/attention_layout.h"
@@ -25,7 +29,7 @@
   void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,          \
                                         const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,               \
                                         const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& layouts,   \
-                                        int64_t bh, int64_t t, int64_t d, double scale);
+                                        int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums);
 
 namespace dpt::cpu {
 DPT_FLASH_ATTENTION_KERNELS

@@ -6,6 +6,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/flash_attention_kernels.h"
+#include "core/grad_column_sums.h"
 #include "core/kernel_dispatch.h"
 #include "core/ops.h"
 #include "core/ops_attention.h"
@@ -90,8 +91,13 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
   DType lse_dtype = qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
   Tensor lse = Tensor::empty({b, n_head, t}, qkv.options().with_dtype(lse_dtype));
   DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_forward_strided, qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale);
+  // The backward writes every element of the packed gradient: it takes over the column sums of the
+  // linear that produced qkv (its bias gradient, core/grad_column_sums.h).
+  std::shared_ptr<GradColumnSums> sums = grad_mode_enabled() ? claim_grad_column_sums(qkv_in) : nullptr;
+  if (sums && sums->columns() != 3 * c) sums = nullptr;
   record_op("CausalAttentionQkvBackward", {qkv_in}, {out},
-            [qkv = qkv.detach(), out = out.detach(), lse, layouts, bh, t, d, scale](const std::vector<Tensor>& g) {
+            [qkv = qkv.detach(), out = out.detach(), lse, layouts, bh, t, d, scale,
+             sums](const std::vector<Tensor>& g) {
               // grad_out has out's layout ([B, T, C] contiguous); the gradient is one packed [B, T, 3C]
               // tensor whose q, k and v columns the kernels write directly.
               Tensor gout = g[0].contiguous();
@@ -99,8 +105,14 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
               // boundary (never a fresh gradient) is copied.
               if (reinterpret_cast<uintptr_t>(gout.data_ptr()) % 16 != 0) gout = gout.clone();
               Tensor grad = Tensor::empty(qkv.shape(), qkv.options());
+              Tensor grad_sums;
+              if (sums) {  // the kernels write the gradient's dtype or float32; another bias dtype is converted
+                const DType kernel_dtype = sums->dtype() == qkv.dtype() ? qkv.dtype() : DType::Float32;
+                grad_sums = Tensor::empty({sums->columns()}, qkv.options().with_dtype(kernel_dtype));
+              }
               DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_backward_strided, qkv, qkv, qkv, out, gout, lse, grad,
-                                  grad, grad, layouts, bh, t, d, scale);
+                                  grad, grad, layouts, bh, t, d, scale, grad_sums);
+              if (sums) sums->deliver(grad, grad_sums.to(sums->dtype()));
               return std::vector<Tensor>{grad};
             });
   return out;

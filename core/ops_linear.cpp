@@ -14,8 +14,10 @@
 //             dwarfs that difference and the epilogues (GELU_AUX_BIAS, DGELU_BGRAD) are used;
 //   backward  dpre in one elementwise pass (none for act = None), then dW through a GEMM and dx = dpre W.
 //             db comes from the elementwise pass when there is one (bfloat16: it sums the columns as it
-//             writes dpre), else from core's column sums over dpre (faster on Hopper than cuBLASLt's
-//             BGRADB epilogue, which runs as a separate kernel anyway, see param_grads).
+//             writes dpre), else from the consumer whose backward produced dy when it hands them over
+//             (flash attention: core/grad_column_sums.h), else from core's column sums over
+//             dpre (faster on Hopper than cuBLASLt's BGRADB epilogue, which runs as a separate kernel
+//             anyway, see param_grads).
 // A linear whose input is the direct output of a fused linear with an activation (the transformer
 // MLP's proj(gelu(fc(x))), an MLP's Linear after Linear+ReLU) goes one step further, as llm.c and
 // Transformer Engine do: its backward produces the *producer's* dpre directly from the GEMM that forms
@@ -36,6 +38,7 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/grad_column_sums.h"
 #include "core/kernels.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
@@ -323,16 +326,22 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     self->weight = weight;
     self->bias = bias;
   }
+  // Without an activation the bias gradient is the column sum of the output's gradient, which a
+  // consumer (flash attention) may hand over (core/grad_column_sums.h).
+  std::shared_ptr<GradColumnSums> sums_offer;
+  if (act == Activation::None && need_b) sums_offer = std::make_shared<GradColumnSums>(n, bias.dtype());
   record_op("LinearBackward", inputs({x, weight, bias}), {out},
-            [saved, self, x_shape, need_x, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
+            [saved, self, sums_offer, x_shape, need_x, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
               const FusedSaved& s = *saved;
-              Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
               Tensor gx, gw, gb;
-              Tensor gpre = pre_activation_grad(s, g, need_b && s.bias.defined() ? &gb : nullptr);
+              if (sums_offer) gb = sums_offer->take(grads[0]);
+              Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
+              Tensor gpre = pre_activation_grad(s, g, need_b && !gb.defined() && s.bias.defined() ? &gb : nullptr);
               param_grads(s, gpre, need_w, need_b && !gb.defined(), &gw, &gb);
               if (need_x) gx = matmul(gpre, s.weight).reshape(x_shape);
               return outputs({gx, gw, gb}, grads[0]);
             });
+  if (sums_offer) offer_grad_column_sums(out, sums_offer);
   if (self) {
     if (std::shared_ptr<Node> node = out.grad_fn()) {
       self->node = node;

@@ -14,6 +14,7 @@
 
 namespace dpt {
 
+class GradColumnSums;
 class Node;
 class Tensor;
 
@@ -31,6 +32,8 @@ struct AutogradMeta {
   uint32_t output_nr = 0;                 // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;   // a leaf's AccumulateGrad node, shared by all its uses
   std::vector<GradReadyHook> grad_ready_hooks;
+  // The producing op's offer to take its gradient's column sums from a consumer (core/grad_column_sums.h).
+  std::shared_ptr<GradColumnSums> grad_column_sums;
 };
 
 struct TensorImpl {

@@ -1,6 +1,7 @@
 #pragma once
 // The process-wide switches of dpt::linear (core/ops.h), set for one test and restored however the
 // test ends, so a test that compares the fused and the composed paths leaves the next test unaffected.
+#include "core/grad_column_sums.h"
 #include "core/ops.h"
 
 namespace dpt {
@@ -29,6 +30,12 @@ class FusedSwitch : public ScopedSwitch<bool> {
 class AbsorbSwitch : public ScopedSwitch<LinearAbsorb> {
  public:
   explicit AbsorbSwitch(LinearAbsorb level) : ScopedSwitch(linear_absorb, set_linear_absorb, level) {}
+};
+
+// Column-sum handoff from a linear's consumer to its bias gradient on or off (set_grad_column_sums).
+class ColumnSumsSwitch : public ScopedSwitch<bool> {
+ public:
+  explicit ColumnSumsSwitch(bool on) : ScopedSwitch(grad_column_sums_enabled, set_grad_column_sums, on) {}
 };
 
 }  // namespace dpt

@@ -21,6 +21,22 @@ double dot(const T* a, const T* b, int64_t d) {
   return s;
 }
 
+// sums[j] = sum over the `rows` rows of the buffer `grad` (rows `width` elements apart) of column j.
+void packed_column_sums(const Tensor& grad, int64_t width, int64_t rows, const Tensor& sums) {
+  visit_floating(grad.dtype(), "causal_attention backward column sums", [&](auto tag) {
+    using T = decltype(tag);
+    std::vector<double> acc(static_cast<size_t>(width), 0.0);
+    const T* g = grad.data<T>();
+    for (int64_t r = 0; r < rows; ++r) {
+      for (int64_t j = 0; j < width; ++j) acc[static_cast<size_t>(j)] += convert<double>(g[r * width + j]);
+    }
+    visit_floating(sums.dtype(), "causal_attention backward column sums", [&](auto stag) {
+      using S = decltype(stag);
+      for (int64_t j = 0; j < width; ++j) sums.data<S>()[j] = convert<S>(acc[static_cast<size_t>(j)]);
+    });
+  });
+}
+
 }  // namespace
 
 void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
@@ -62,7 +78,7 @@ void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Ten
 void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,
                                       const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& at,
-                                      int64_t bh, int64_t t, int64_t d, double scale) {
+                                      int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums) {
   visit_floating(q.dtype(), "causal_attention backward", [&](auto tag) {
     using T = decltype(tag);
     visit_floating(lse.dtype(), "causal_attention backward logsumexp", [&](auto ltag) {
@@ -104,6 +120,7 @@ void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Te
       }
     });
   });
+  if (grad_sums.defined()) packed_column_sums(grad_q, at.q.row_stride, bh / at.q.heads * t, grad_sums);
 }
 
 void flash_attention_forward(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -115,7 +132,7 @@ void flash_attention_backward(const Tensor& q, const Tensor& k, const Tensor& v,
                               const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k,
                               const Tensor& grad_v, int64_t bh, int64_t t, int64_t d, double scale) {
   flash_attention_backward_strided(q, k, v, out, grad_out, lse, grad_q, grad_k, grad_v,
-                                   AttentionLayouts::contiguous(t, d), bh, t, d, scale);
+                                   AttentionLayouts::contiguous(t, d), bh, t, d, scale, Tensor());
 }
 
 }  // namespace dpt::cpu

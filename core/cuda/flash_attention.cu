@@ -1019,7 +1019,24 @@ void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Ten
 void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,
                                       const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& layouts,
-                                      int64_t bh, int64_t t, int64_t d, double scale) {
+                                      int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums) {
+  PackedColumnSums sums;
+  if (grad_sums.defined()) {
+    const int64_t heads = layouts.q.heads, c = heads * d;
+    DPT_CHECK(grad_q.data_ptr() == grad_k.data_ptr() && grad_q.data_ptr() == grad_v.data_ptr() &&
+                  layouts.q.row_stride == 3 * c && layouts.k.offset == c && layouts.v.offset == 2 * c &&
+                  grad_sums.numel() == 3 * c && grad_sums.is_contiguous() &&
+                  (grad_sums.dtype() == DType::Float32 || grad_sums.dtype() == DType::BFloat16),
+              "flash_attention_backward_strided (CUDA): column sums need one packed [B, T, {}] gradient and a "
+              "contiguous float32 or bfloat16 [{}] output, found {} {}",
+              3 * c, 3 * c, shape_str(grad_sums.shape()), dtype_name(grad_sums.dtype()));
+    sums = {grad_sums.data_ptr(), grad_sums.dtype() == DType::BFloat16, heads};
+    if (bh == 0 || t == 0) {  // no rows: empty sums
+      DPT_CUDA_CHECK(
+          cudaMemsetAsync(grad_sums.data_ptr(), 0, grad_sums.nbytes(), cuda::current_stream(grad_sums.device().index)));
+      return;
+    }
+  }
   if (bh == 0 || t == 0) return;
   const int device =
       device_of(grad_q, {&q, &k, &v, &out, &grad_out, &lse, &grad_k, &grad_v}, "flash_attention_backward_strided");
@@ -1039,7 +1056,7 @@ void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Te
             dtype_name(q.dtype()), d, scale);
   flash_backward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), grad_out.data<bf16_t>(),
                      lse.data<float>(), grad_q.data<bf16_t>(), grad_k.data<bf16_t>(), grad_v.data<bf16_t>(), layouts,
-                     bh, t, d, static_cast<float>(scale), device, cuda::current_stream(device));
+                     bh, t, d, static_cast<float>(scale), device, cuda::current_stream(device), sums);
 }
 
 }  // namespace dpt::cuda_kernels

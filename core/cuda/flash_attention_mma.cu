@@ -42,6 +42,9 @@
 //             the dQ blocks wrote for every row of their tiles, padded rows as (+inf, 0), so they load
 //             without bounds checks) stream through two stages; per tile S^T = K Q^T, P^T,
 //             dV += P^T dO, dP^T = V dO^T, dS^T = P^T (dP^T - dvec), dK += dS^T Q.
+// Given col_part, both backward kernels also sum the columns of the rows they store (the QKV projection's
+// bias gradient, core/grad_column_sums.h): one partial row per block, in a fixed order, added up by
+// packed_qkv_column_sums_kernel, so the packed gradient is not read again for it.
 // The backward reloads its own rows' fragments (K, V or Q, dO) from shared memory every tile: holding
 // them costs 40 registers, and with them a resident block (measured 10% slower at GPT-2 size).
 // Every output element is written once by one lane, which sums its terms in a fixed order: the results
@@ -160,6 +163,45 @@ __device__ __forceinline__ void load_tile_async(const bf16_t* __restrict__ src, 
 
 template <int D>
 constexpr int kLdOf = D + 8;
+
+// Column sums of the 16 W rows a block wrote: cs[n][e] is the lane's sum of its rows g and g + 8 at
+// column 8 n + 2 tq + e (the values as stored, after rounding). Rows of a warp are added by shuffles over
+// g, warps through shared memory `red` ([W][D] floats) in warp order, so the bits never change.
+// dst[0, D) receives the block's sums. Every thread of the block must call it (two barriers).
+template <int D, int W>
+__device__ __forceinline__ void write_block_column_sums(float (&cs)[D / 8][2], float* red, float* __restrict__ dst) {
+  const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, tq = lane & 3;
+  __syncthreads();  // `red` may still be read (an earlier call) or hold the last tiles
+#pragma unroll
+  for (int n = 0; n < D / 8; ++n) {
+#pragma unroll
+    for (int e = 0; e < 2; ++e) {
+      float v = cs[n][e];
+      v += __shfl_xor_sync(0xffffffffu, v, 4);
+      v += __shfl_xor_sync(0xffffffffu, v, 8);
+      v += __shfl_xor_sync(0xffffffffu, v, 16);
+      if (lane < 4) red[warp * D + 8 * n + 2 * tq + e] = v;
+    }
+  }
+  __syncthreads();
+  if (threadIdx.x < D) {
+    float sum = 0.0f;
+#pragma unroll
+    for (int w = 0; w < W; ++w) sum += red[w * D + threadIdx.x];
+    dst[threadIdx.x] = sum;
+  }
+}
+
+// Stores the pair (a, b) at dst rounded to bf16, unless the row is out of range, and adds the stored
+// values to the lane's column sums `cs` (for write_block_column_sums).
+__device__ __forceinline__ void store_pair(bf16_t* dst, bool in_range, float a, float b, float (&cs)[2]) {
+  const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
+  if (!in_range) return;
+  *reinterpret_cast<__nv_bfloat162*>(dst) = h;
+  const float2 f = __bfloat1622float2(h);
+  cs[0] += f.x;
+  cs[1] += f.y;
+}
 
 template <int D, int W>
 constexpr size_t forward_bytes() {
@@ -336,7 +378,7 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
                                  const bf16_t* __restrict__ v, const bf16_t* __restrict__ grad_out,
                                  const float* __restrict__ lse2, const float* __restrict__ dvec,
                                  bf16_t* __restrict__ grad_k, bf16_t* __restrict__ grad_v, const AttentionLayouts lay,
-                                 int t, int t_pad, float scale, float scale_log2) {
+                                 int t, int t_pad, float scale, float scale_log2, float* __restrict__ col_part) {
   constexpr int kThreads = 32 * W, kBc = 16 * W, kBr = kQueryTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBr * kLd;  // one Q or dO stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBr / 8, kKs = kBr / 16;
@@ -482,19 +524,21 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
     __syncthreads();  // everyone is done with this stage before the next iteration refills it
   }
 
+  float ksum[kNd][2] = {}, vsum[kNd][2] = {};
 #pragma unroll
   for (int n = 0; n < kNd; ++n) {
     const int c = 8 * n + 2 * tq;
-    if (kr0 < t) {
-      *reinterpret_cast<__nv_bfloat162*>(grad_v + vbase + kr0 * vrs + c) = __floats2bfloat162_rn(dva[n][0], dva[n][1]);
-      *reinterpret_cast<__nv_bfloat162*>(grad_k + kbase + kr0 * krs + c) =
-          __floats2bfloat162_rn(dka[n][0] * scale, dka[n][1] * scale);
-    }
-    if (kr1 < t) {
-      *reinterpret_cast<__nv_bfloat162*>(grad_v + vbase + kr1 * vrs + c) = __floats2bfloat162_rn(dva[n][2], dva[n][3]);
-      *reinterpret_cast<__nv_bfloat162*>(grad_k + kbase + kr1 * krs + c) =
-          __floats2bfloat162_rn(dka[n][2] * scale, dka[n][3] * scale);
-    }
+    store_pair(grad_v + vbase + kr0 * vrs + c, kr0 < t, dva[n][0], dva[n][1], vsum[n]);
+    store_pair(grad_k + kbase + kr0 * krs + c, kr0 < t, dka[n][0] * scale, dka[n][1] * scale, ksum[n]);
+    store_pair(grad_v + vbase + kr1 * vrs + c, kr1 < t, dva[n][2], dva[n][3], vsum[n]);
+    store_pair(grad_k + kbase + kr1 * krs + c, kr1 < t, dka[n][2] * scale, dka[n][3] * scale, ksum[n]);
+  }
+  if (col_part != nullptr) {  // [3][bh][tiles][D]: this block's sums of dK (part 1) and dV (part 2)
+    const int64_t part = static_cast<int64_t>(gridDim.x) * gridDim.y * D;
+    float* dst = col_part + (static_cast<int64_t>(blockIdx.x) * gridDim.y + blockIdx.y) * D;
+    float* red = reinterpret_cast<float*>(mma_smem);
+    write_block_column_sums<D, W>(ksum, red, dst + part);
+    write_block_column_sums<D, W>(vsum, red, dst + 2 * part);
   }
 }
 
@@ -506,7 +550,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
                                 const bf16_t* __restrict__ v, const bf16_t* __restrict__ out,
                                 const bf16_t* __restrict__ grad_out, const float* __restrict__ lse,
                                 float* __restrict__ lse2, float* __restrict__ dvec, bf16_t* __restrict__ grad_q,
-                                const AttentionLayouts lay, int t, int t_pad, float scale, float scale_log2) {
+                                const AttentionLayouts lay, int t, int t_pad, float scale, float scale_log2,
+                                float* __restrict__ col_part) {
   constexpr int kThreads = 32 * W, kBr = 16 * W, kBc = kKeyTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBc * kLd;  // one K or V stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBc / 8, kKs = kBc / 16;
@@ -640,19 +685,61 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
     __syncthreads();
   }
 
+  float qsum[kNd][2] = {};
 #pragma unroll
   for (int n = 0; n < kNd; ++n) {
     const int c = 8 * n + 2 * tq;
-    if (r0 < t)
-      *reinterpret_cast<__nv_bfloat162*>(grad_q + qbase + r0 * qrs + c) =
-          __floats2bfloat162_rn(dqa[n][0] * scale, dqa[n][1] * scale);
-    if (r1 < t)
-      *reinterpret_cast<__nv_bfloat162*>(grad_q + qbase + r1 * qrs + c) =
-          __floats2bfloat162_rn(dqa[n][2] * scale, dqa[n][3] * scale);
+    store_pair(grad_q + qbase + r0 * qrs + c, r0 < t, dqa[n][0] * scale, dqa[n][1] * scale, qsum[n]);
+    store_pair(grad_q + qbase + r1 * qrs + c, r1 < t, dqa[n][2] * scale, dqa[n][3] * scale, qsum[n]);
+  }
+  if (col_part != nullptr) {  // [3][bh][tiles][D]: this block's sums of dQ (part 0)
+    const int tile = static_cast<int>(gridDim.y) - 1 - static_cast<int>(blockIdx.y);
+    write_block_column_sums<D, W>(qsum, reinterpret_cast<float*>(mma_smem),
+                                  col_part + (static_cast<int64_t>(blockIdx.x) * gridDim.y + tile) * D);
+  }
+}
+
+// sums[j] for the packed [B, T, 3 C] gradient (C = heads D; column j is part j / C, head (j % C) / D, column
+// j % D of that head): the sum over batches b and row tiles of the blocks' partial sums, read from
+// part [3][B heads][tiles][D]. Block (32, kSumLanes) owns 32 columns of one head (32 divides D): lane ty
+// adds the (b, tile) pairs ty, ty + kSumLanes, ... in order, then lane 0 adds the lanes in order.
+constexpr int kSumLanes = 16;
+
+template <class Out>
+__global__ void __launch_bounds__(32 * kSumLanes)
+    packed_qkv_column_sums_kernel(const float* __restrict__ part, int batch, int heads, int tiles, int d,
+                                  Out* __restrict__ sums) {
+  __shared__ float lanes[kSumLanes][33];
+  const int tx = threadIdx.x, ty = threadIdx.y;
+  const int c = heads * d, j = blockIdx.x * 32 + tx;
+  const int which = j / c, h = (j % c) / d, col = j % d;
+  const int pairs = batch * tiles;
+  float sum = 0.0f;
+#pragma unroll 4
+  for (int i = ty; i < pairs; i += kSumLanes) {
+    const int b = i / tiles, tile = i % tiles;
+    sum += part[((static_cast<int64_t>(which) * batch * heads + b * heads + h) * tiles + tile) * d + col];
+  }
+  lanes[ty][tx] = sum;
+  __syncthreads();
+  if (ty == 0) {
+    for (int l = 1; l < kSumLanes; ++l) sum += lanes[l][tx];
+    sums[j] = convert<Out>(sum);
   }
 }
 
 // ---------------------------------------------------------------------------------------------------
+
+template <class Out>
+void launch_column_sums(const float* part, int64_t batch, int64_t heads, int tiles, int d, void* sums,
+                        cudaStream_t stream) {
+  DPT_CHECK(d % 32 == 0 && 3 * batch * heads * tiles * d <= 0x7fffffff,
+            "flash_attention_backward (CUDA): column sums of {} x {} heads of size {} exceed the kernel's range", batch,
+            heads, d);
+  packed_qkv_column_sums_kernel<Out><<<static_cast<unsigned>(3 * heads * d / 32), dim3(32, kSumLanes), 0, stream>>>(
+      part, static_cast<int>(batch), static_cast<int>(heads), tiles, d, static_cast<Out*>(sums));
+  DPT_CUDA_CHECK_LAUNCH();
+}
 
 template <class Kernel, class... Args>
 void launch(Kernel kernel, dim3 grid, int threads, size_t bytes, cudaStream_t stream, Args... args) {
@@ -726,7 +813,7 @@ void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t
 void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* out, const bf16_t* grad_out,
                         const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v,
                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale, int device,
-                        cudaStream_t stream) {
+                        cudaStream_t stream, const PackedColumnSums& column_sums) {
   const int64_t t_pad = (t + kStatPad - 1) / kStatPad * kStatPad;
   const int64_t rows_pad = bh * t_pad;
   DeviceBuffer stats(2 * static_cast<size_t>(rows_pad) * sizeof(float), device);
@@ -735,14 +822,21 @@ void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const
   const float scale_log2 = scale * kLog2e;
   visit_mma(d, "flash_attention_backward", [&](auto dim, auto warps) {
     constexpr int D = decltype(dim)::value, W = decltype(warps)::value;
+    const dim3 grid = mma_grid(bh, t, 16 * W, "flash_attention_backward");
+    // The blocks' column sums of dQ, dK and dV: [3][bh][tiles][D] floats, summed at the end.
+    const bool sums = column_sums.sums != nullptr;
+    DeviceBuffer partials(sums ? 3 * static_cast<size_t>(bh) * grid.y * D * sizeof(float) : 0, device);
+    float* col_part = sums ? partials.as<float>() : nullptr;
     // dQ first: it writes the statistics (lse2, dvec) that the dK/dV kernel reads.
-    launch(flash_backward_q_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_backward"), 32 * W,
-           backward_q_bytes<D, W>(), stream, q, k, v, out, grad_out, lse, lse2, dvec, grad_q, layouts,
-           static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2);
-    launch(flash_backward_kv_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_backward"), 32 * W,
-           backward_kv_bytes<D, W>(), stream, q, k, v, grad_out, static_cast<const float*>(lse2),
-           static_cast<const float*>(dvec), grad_k, grad_v, layouts, static_cast<int>(t), static_cast<int>(t_pad),
-           scale, scale_log2);
+    launch(flash_backward_q_mma_kernel<D, W>, grid, 32 * W, backward_q_bytes<D, W>(), stream, q, k, v, out, grad_out,
+           lse, lse2, dvec, grad_q, layouts, static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2, col_part);
+    launch(flash_backward_kv_mma_kernel<D, W>, grid, 32 * W, backward_kv_bytes<D, W>(), stream, q, k, v, grad_out,
+           static_cast<const float*>(lse2), static_cast<const float*>(dvec), grad_k, grad_v, layouts,
+           static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2, col_part);
+    if (!sums) return;
+    auto* sum_launch = column_sums.bf16 ? launch_column_sums<bf16_t> : launch_column_sums<float>;
+    sum_launch(col_part, bh / column_sums.heads, column_sums.heads, static_cast<int>(grid.y), D, column_sums.sums,
+               stream);
   });
 }
 

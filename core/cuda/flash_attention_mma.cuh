@@ -34,9 +34,19 @@ void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t
                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale_log2,
                        cudaStream_t stream);
 
+// Where the backward writes the column sums of a packed [B, T, 3 heads d] gradient (grad_q, grad_k and
+// grad_v the parts of one buffer, layouts packed_qkv): [3 heads d] floats, or bf16 when `bf16`. No sums
+// when `sums` is null. The kernels add each block's rows as they store them; one small kernel adds the
+// blocks (see packed_qkv_column_sums_kernel), so the gradient is never read again for them.
+struct PackedColumnSums {
+  void* sums = nullptr;
+  bool bf16 = false;
+  int64_t heads = 1;
+};
+
 void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* out, const bf16_t* grad_out,
                         const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v,
                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale, int device,
-                        cudaStream_t stream);
+                        cudaStream_t stream, const PackedColumnSums& column_sums = {});
 
 }  // namespace dpt::cuda_kernels
