@@ -122,6 +122,8 @@ Args parse(int argc, char** argv) {
             "float32 gradients: not with fp16 (loss scaling) or --unfused-master");
   DPT_CHECK(!a.cuda_graph || a.precision != "fp16", "dpt-bench train: --cuda-graph cannot hold fp16's loss "
             "scaling (it reads the overflow flag on the host every step)");
+  DPT_CHECK(!a.cuda_graph || a.warmup >= 1, "dpt-bench train: --cuda-graph needs --warmup 1 or more: the first "
+            "step creates library handles and buffers, which a capture cannot");
   DPT_CHECK(!a.zero || a.comm_dtype.empty(), "dpt-bench train: --zero communicates in the gradients' dtype "
             "(no --comm-dtype)");
   return a;

@@ -65,4 +65,15 @@ TEST(BenchTrain, CudaGraphWithoutAGpuIsAClearError) {
   EXPECT_NE(read_text(log).find("--cuda-graph runs on a GPU (device cpu)"), std::string::npos) << read_text(log);
 }
 
+// The capture must follow an eager step (library handles and buffers are created on first use, which a
+// capture cannot do): --warmup 0 is refused before anything runs, on any device.
+TEST(BenchTrain, CudaGraphWithoutAWarmUpStepIsAClearError) {
+  const std::string log = (std::filesystem::temp_directory_path() / "dpt_bench_train_graph_warmup.log").string();
+  const std::string cmd = std::string(DPT_BINARY_DIR) +
+                          "/bin/dpt-bench train --workload mlp_small --device cpu --cuda-graph --warmup 0 > " + log +
+                          " 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  EXPECT_NE(read_text(log).find("--cuda-graph needs --warmup 1 or more"), std::string::npos) << read_text(log);
+}
+
 }  // namespace
