@@ -183,6 +183,16 @@ TEST(TrainerFaults, ADiskThatFillsUpDuringACheckpointIsAClearErrorAndThePrevious
   EXPECT_FALSE(fs::exists(step_dir(run, 200))) << f.output;
 }
 
+// True when a user with no privileges and no group in common can reach `path`: it and every directory on
+// the way have the others-execute bit.
+bool reachable_by_others(const fs::path& path) {
+  for (fs::path p = fs::absolute(path);; p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return false;
+    if (p == p.root_path()) return true;
+  }
+}
+
 TEST(TrainerFaults, ACheckpointDirectoryThatBecomesUnwritableIsAClearErrorAndThePreviousCheckpointStays) {
   ScratchDir dir;
   const std::string run = dir.file("run");
@@ -193,6 +203,9 @@ TEST(TrainerFaults, ACheckpointDirectoryThatBecomesUnwritableIsAClearErrorAndThe
   if (::geteuid() == 0) {
     // Root writes through permission bits: the job runs as an unprivileged user instead.
     if (!fs::exists("/usr/bin/setpriv")) GTEST_SKIP() << "running as root without setpriv(1)";
+    for (const fs::path& p : {fs::path(kBin) / "dpt-train", dir.path()}) {
+      if (!reachable_by_others(p)) GTEST_SKIP() << "running as root, and an unprivileged user cannot reach " << p;
+    }
     ASSERT_EQ(::chown(run.c_str(), 65534, 65534), 0) << std::strerror(errno);
     argv.insert(argv.begin(), {"/usr/bin/setpriv", "--reuid=65534", "--regid=65534", "--clear-groups"});
   }
