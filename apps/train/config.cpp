@@ -124,6 +124,9 @@ std::vector<Field> build_schema() {
   DPT_KEY(Float, "training.grad_clip", training.grad_clip, .min = 0, .help = "max gradient norm; 0: off");
   DPT_KEY(Int, "training.max_bad_steps", training.max_bad_steps, .min = 0,
           .help = "non-finite steps skipped before stopping");
+  DPT_KEY(Bool, "training.cuda_graph", training.cuda_graph,
+          .help = "replay forward and backward (with DDP's AllReduces) from a CUDA graph after two eager steps; "
+                  "GPU, grad_accum 1, bf16 or fp32, no dropout");
 
   DPT_KEY(Choice, "optim.kind", optim.kind, .choices = {"adamw", "adam", "sgd"}, .help = "optimizer");
   DPT_KEY(Float, "optim.lr", optim.lr, .min = 0, .min_exclusive = true, .max = 100, .help = "peak learning rate");
@@ -745,6 +748,26 @@ class Loader {
     }
   }
 
+  // training.cuda_graph replays one captured micro-batch: what a replay cannot redo is refused.
+  void check_cuda_graph(const Config& c) {
+    if (c.training.device == "cpu") report("training.cuda_graph", "needs a GPU, but training.device is cpu");
+    if (c.training.grad_accum > 1) {
+      report("training.cuda_graph", fmt::format("captures one micro-batch a step: needs training.grad_accum 1, got {}",
+                                                c.training.grad_accum));
+    }
+    if (c.training.precision == "fp16") {
+      report("training.cuda_graph", "cannot hold fp16's loss scale (it changes between steps): use bf16 or fp32");
+    }
+    if (c.model.kind == "gpt" && c.model.gpt.dropout > 0) {
+      report("training.cuda_graph",
+             fmt::format("would replay one dropout mask every step: needs model.gpt.dropout 0, got {}",
+                         c.model.gpt.dropout));
+    }
+    if (c.distributed.grad_exchange == "copy_engine") {
+      report("training.cuda_graph", "cannot capture DDP's copy-engine exchange: use distributed.grad_exchange nccl");
+    }
+  }
+
   void check_combinations(Config& c) {
     // Steps or epochs.
     if (c.training.epochs > 0) {
@@ -768,6 +791,7 @@ class Loader {
     } else if (cuda && options_.check_device && !cuda::is_available()) {
       report("training.device", fmt::format("'{}' requested but no CUDA device is available (use auto or cpu)", dev));
     }
+    if (c.training.cuda_graph) check_cuda_graph(c);
     if (c.distributed.backend == "nccl" && dev == "cpu") {
       report("distributed.backend", "nccl needs GPUs but training.device is cpu; use gloo or auto");
     }

@@ -9,6 +9,8 @@
 //   5. the update (or, when non-finite, no update), masters back to the model, gradients zeroed; under
 //      fp16 the loss scale backs off after a skipped step and grows after enough finite ones
 //   6. logging, evaluation and checkpoints at their intervals
+// Under training.cuda_graph, step 2 is replayed from a CUDA graph after kEagerSteps eager steps
+// (apps/train/step_graph.h); everything else is the same code.
 #include "trainer.h"
 
 #include <spdlog/spdlog.h>
@@ -53,10 +55,16 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   const int64_t accum = config_.training.grad_accum;
   // 1. Learning rate.
   optimizer_->set_lr(schedule_->lr(step));
-  // 2. Micro-batches. The loss of each is kept on the device (no host sync until step 3).
+  // 2. Micro-batches. The loss of each is kept on the device (no host sync until step 3). Under
+  // training.cuda_graph (one micro-batch), steps after the first kEagerSteps replay a captured one.
   Tensor loss_sum;
+  const bool replay = step_graph_ && step >= start_step_ + kEagerSteps;
   for (int64_t micro = 0; micro < accum; ++micro) {
     data::Batch batch = train_loader_->next();
+    if (replay) {
+      loss_sum = step_graph_->run(batch).detach();
+      continue;
+    }
     std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
     if (ddp_ && micro + 1 < accum) no_sync.emplace(*ddp_);
     Tensor loss = model_->loss(batch, compute_);
@@ -98,7 +106,11 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   }
   mixed_->update_scale(r.skipped);
   optimizer_->zero_grad();
-  module.zero_grad();
+  // When the next step replays (or captures: its graph zeroes them itself), a replayed backward overwrites
+  // the gradients; a zero_grad here would make that step's first gradient read zero what the replay
+  // wrote (apps/train/step_graph.h).
+  const bool next_in_graph = step_graph_ && step + 1 >= start_step_ + kEagerSteps;
+  if (!next_in_graph) module.zero_grad();
   return r;
 }
 

@@ -21,6 +21,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/mixed_precision.h"
 #include "optim/optimizer.h"
+#include "step_graph.h"
 
 namespace dpt::train {
 
@@ -82,6 +83,10 @@ class Trainer {
   std::unique_ptr<optim::Optimizer> optimizer_;
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
+  // training.cuda_graph: forward and backward replayed from a graph captured after kEagerSteps eager
+  // steps of this process (they create the gradients, library handles and DDP's rebuilt buckets).
+  static constexpr int64_t kEagerSteps = 2;
+  std::unique_ptr<StepGraph> step_graph_;
 
   int64_t start_step_ = 0;
   int64_t bad_steps_ = 0;

@@ -54,6 +54,8 @@ void Trainer::setup_device() {
     device_name_ = cuda::device_name(device_.index);
     peak_tflops_ = nn::peak_bf16_tflops(device_name_.c_str());
   }
+  DPT_CHECK(!config_.training.cuda_graph || device_.is_cuda(),
+            "training.cuda_graph: needs a GPU, and this run trains on {} (training.device {})", device_.str(), dev);
   const std::string& precision = config_.training.precision;
   const bool bf16 = precision == "bf16" || (precision == "auto" && device_.is_cuda());
   compute_ = precision == "fp16" ? DType::Float16 : bf16 ? DType::BFloat16 : DType::Float32;
@@ -239,6 +241,19 @@ void Trainer::setup_optimizer() {
     // ranks find the overflow, skip the step and back the loss scale off together.
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
     ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
+  }
+  if (config_.training.cuda_graph) {
+    DPT_CHECK(!ddp_ || std::string(ddp_->exchange_name()) == "nccl",
+              "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
+              "(distributed.grad_exchange)",
+              ddp_ ? ddp_->exchange_name() : "");
+    // What the graph holds: zeroed gradients, the loss, its backward (apps/train/step_graph.h).
+    step_graph_ = std::make_unique<StepGraph>([this](const data::Batch& batch) {
+      model_->module()->zero_grad();
+      Tensor loss = model_->loss(batch, compute_);
+      mixed_->scale_loss(loss).backward();
+      return loss;
+    });
   }
 }
 

@@ -229,6 +229,25 @@ TEST(ConfigErrors, BadOverrides) {
   expect_problem("", {"'a..b' is not a dotted key path"}, {"a..b=1"});
 }
 
+// What a replayed CUDA graph cannot redo is refused with the reason, each naming training.cuda_graph.
+TEST(ConfigErrors, CudaGraphRefusesWhatAReplayCannotRedo) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"training.device=cpu"}, "needs a GPU, but training.device is cpu"},
+      {{"training.grad_accum=2"}, "needs training.grad_accum 1, got 2"},
+      {{"training.precision=fp16"}, "cannot hold fp16's loss scale"},
+      {{"model.kind=gpt", "data.kind=synthetic_tokens", "model.gpt.dropout=0.1"}, "needs model.gpt.dropout 0, got 0.1"},
+      {{"distributed.grad_exchange=copy_engine"}, "cannot capture DDP's copy-engine exchange"},
+  };
+  for (const auto& [overrides, message] : cases) {
+    std::vector<std::string> o = overrides;
+    o.push_back("training.cuda_graph=true");
+    auto p = problems_of("", o, kNoDevice);
+    ASSERT_EQ(p.size(), 1u) << message;
+    EXPECT_NE(p[0].find("training.cuda_graph"), std::string::npos) << p[0];
+    EXPECT_NE(p[0].find(message), std::string::npos) << p[0];
+  }
+}
+
 TEST(ConfigErrors, CudaWithoutAGpuIsAnError) {
   if (dpt::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   auto p = problems_of("training:\n  device: cuda\n", {}, LoadOptions{});
