@@ -9,8 +9,8 @@
 //   5. the update (or, when non-finite, no update), masters back to the model, gradients zeroed; under
 //      fp16 the loss scale backs off after a skipped step and grows after enough finite ones
 //   6. logging, evaluation and checkpoints at their intervals
-// Under training.cuda_graph, step 2 is replayed from a CUDA graph after kEagerSteps eager steps
-// (apps/train/step_graph.h); everything else is the same code.
+// Under training.cuda_graph, part 2 (one micro-batch) is replayed from a CUDA graph after kEagerSteps
+// eager steps (apps/train/step_graph.h); everything else is the same code.
 #include "trainer.h"
 
 #include <spdlog/spdlog.h>
