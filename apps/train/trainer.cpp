@@ -58,7 +58,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // 2. Micro-batches. The loss of each is kept on the device (no host sync until step 3). Under
   // training.cuda_graph (one micro-batch), steps after the first kEagerSteps replay a captured one.
   Tensor loss_sum;
-  const bool replay = step_graph_ && step >= start_step_ + kEagerSteps;
+  const bool replay = in_graph(step);
   for (int64_t micro = 0; micro < accum; ++micro) {
     data::Batch batch = train_loader_->next();
     if (replay) {
@@ -109,8 +109,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // When the next step replays (or captures: its graph zeroes them itself), a replayed backward overwrites
   // the gradients; a zero_grad here would make that step's first gradient read zero what the replay
   // wrote (apps/train/step_graph.h).
-  const bool next_in_graph = step_graph_ && step + 1 >= start_step_ + kEagerSteps;
-  if (!next_in_graph) module.zero_grad();
+  if (!in_graph(step + 1)) module.zero_grad();
   return r;
 }
 

@@ -87,6 +87,8 @@ class Trainer {
   // steps of this process (they create the gradients, library handles and DDP's rebuilt buckets).
   static constexpr int64_t kEagerSteps = 2;
   std::unique_ptr<StepGraph> step_graph_;
+  // True when `step` is captured or replayed (its forward and backward run from step_graph_).
+  bool in_graph(int64_t step) const { return step_graph_ && step >= start_step_ + kEagerSteps; }
 
   int64_t start_step_ = 0;
   int64_t bad_steps_ = 0;
