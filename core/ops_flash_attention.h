@@ -32,6 +32,12 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
 // qkv [B, T, 3C] with C a multiple of n_head -> [B, T, C]; see above.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale);
 
+// The forward of causal_attention_qkv on CUDA through cuDNN's fused attention engine (core/cuda/sdpa_cudnn.h)
+// where cuDNN has one for the shape, our mma.sync forward otherwise; the backward is ours either way. On by
+// default; DPT_CUDNN_ATTENTION=0 or set_cudnn_attention(false) turns it off (read per call).
+void set_cudnn_attention(bool enabled);
+bool cudnn_attention_enabled();
+
 // True when causal_attention runs the fused CUDA kernels for this dtype and head size.
 bool fused_causal_attention_supported(DType dtype, int64_t head_dim);
 

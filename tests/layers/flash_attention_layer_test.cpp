@@ -16,6 +16,7 @@
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
 #include "layers/attention.h"
+#include "linear_switches.h"
 
 namespace dpt::nn {
 namespace {
@@ -46,6 +47,7 @@ TEST(CudaFlashAttentionLayer, FusedCudaPathMatchesComposedCpuPath) {
 // tolerance leaves room only for the cuBLAS GEMMs around it, which see the same operands.
 TEST(CudaFlashAttentionLayer, PackedQkvPathMatchesExplicitCompositionInBfloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  CudnnAttentionSwitch mma_forward(false);  // the fused branch's forward on our kernels, as the composition's
   Generator g1(33), gen(34);
   const int64_t n_embd = 192, n_head = 3, head = n_embd / n_head, b = 2, t = 200;  // D = 64
   CausalSelfAttention layer(n_embd, n_head, 0.0, g1);
