@@ -14,6 +14,10 @@
 #include "core/ops.h"
 #include "core/ops_attention.h"
 
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/sdpa_cudnn.h"
+#endif
+
 namespace dpt {
 
 namespace {
@@ -114,14 +118,26 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
   }
   DType lse_dtype = qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
   Tensor lse = Tensor::empty({b, n_head, t}, qkv.options().with_dtype(lse_dtype));
-  DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_forward_strided, qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale);
-  // The backward writes every element of the packed gradient: it takes over the column sums of the
-  // linear that produced qkv (its bias gradient, core/grad_column_sums.h).
+  // cuDNN's fused engine where it has one (and is not switched off), our kernels otherwise. The forward
+  // that ran chooses the backward: cuDNN's after cuDNN's (it may still decline), ours after ours.
+  bool on_cudnn = false;
+#ifdef DPT_HAVE_CUDA
+  if (qkv.device().is_cuda() && cudnn_attention_enabled()) {
+    on_cudnn = cuda_kernels::sdpa_forward_cudnn(qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale);
+  }
+#endif
+  if (!on_cudnn) {
+    DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_forward_strided, qkv, qkv, qkv, out, lse, layouts, bh, t, d,
+                        scale);
+  }
+  // Our backward writes every element of the packed gradient: it takes over the column sums of the
+  // linear that produced qkv (its bias gradient, core/grad_column_sums.h). cuDNN's backward does not;
+  // the linear then sums the gradient's columns itself.
   std::shared_ptr<GradColumnSums> sums = grad_mode_enabled() ? claim_grad_column_sums(qkv_in) : nullptr;
   if (sums && sums->columns() != 3 * c) sums = nullptr;
   record_op("CausalAttentionQkvBackward", {qkv_in}, {out},
-            [qkv = qkv.detach(), out = out.detach(), lse, layouts, bh, t, d, scale,
-             sums](const std::vector<Tensor>& g) {
+            [qkv = qkv.detach(), out = out.detach(), lse, layouts, bh, t, d, scale, sums,
+             on_cudnn](const std::vector<Tensor>& g) {
               // grad_out has out's layout ([B, T, C] contiguous); the gradient is one packed [B, T, 3C]
               // tensor whose q, k and v columns the kernels write directly.
               Tensor gout = g[0].contiguous();
@@ -129,6 +145,12 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
               // boundary (never a fresh gradient) is copied.
               if (reinterpret_cast<uintptr_t>(gout.data_ptr()) % 16 != 0) gout = gout.clone();
               Tensor grad = Tensor::empty(qkv.shape(), qkv.options());
+#ifdef DPT_HAVE_CUDA
+              if (on_cudnn && cuda_kernels::sdpa_backward_cudnn(qkv, qkv, qkv, out, gout, lse, grad, grad, grad,
+                                                                layouts, bh, t, d, scale)) {
+                return std::vector<Tensor>{grad};
+              }
+#endif
               Tensor grad_sums;
               if (sums) {  // the kernels write the gradient's dtype or float32; another bias dtype is converted
                 const DType kernel_dtype = sums->dtype() == qkv.dtype() ? qkv.dtype() : DType::Float32;

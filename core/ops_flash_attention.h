@@ -20,9 +20,10 @@
 // causal_attention, then merging the heads; the kernels read q, k, v in place and write out and the
 // [B, T, 3C] gradient directly (core/attention_layout.h), so none of the layout copies of that
 // composition (three inputs, the output, grad_out, three gradients and their concat) are made.
-// CPU: the reference, through the same layouts (every floating dtype). CUDA: the mma.sync kernels for
-// bfloat16 with D in {32, 64, 128}, 16-byte aligned rows (C a multiple of 8) and DPT_FLASH_IMPL unset
-// or mma; every other CUDA case runs the composition above, so its results are those of causal_attention.
+// CPU: the reference, through the same layouts (every floating dtype). CUDA: cuDNN's fused attention or
+// the mma.sync kernels (see set_cudnn_attention below) for bfloat16 with D in {32, 64, 128}, 16-byte
+// aligned rows (C a multiple of 8) and DPT_FLASH_IMPL unset or mma; every other CUDA case runs the
+// composition above, so its results are those of causal_attention.
 #include "core/tensor.h"
 
 namespace dpt {
@@ -32,9 +33,11 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
 // qkv [B, T, 3C] with C a multiple of n_head -> [B, T, C]; see above.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale);
 
-// The forward of causal_attention_qkv on CUDA through cuDNN's fused attention engine (core/cuda/sdpa_cudnn.h)
-// where cuDNN has one for the shape, our mma.sync forward otherwise; the backward is ours either way. On by
-// default; DPT_CUDNN_ATTENTION=0 or set_cudnn_attention(false) turns it off (read per call).
+// causal_attention_qkv on CUDA through cuDNN's fused attention engines (core/cuda/sdpa_cudnn.h) where
+// cuDNN has them for the shape, our mma.sync kernels otherwise: a forward on cuDNN takes cuDNN's backward
+// (deterministic; DPT_CUDNN_ATTENTION_BACKWARD=accumulate for its faster atomic one, =off for ours), a
+// forward on ours takes ours. On by default; DPT_CUDNN_ATTENTION=0 or set_cudnn_attention(false) turns
+// it off (read per call).
 void set_cudnn_attention(bool enabled);
 bool cudnn_attention_enabled();
 

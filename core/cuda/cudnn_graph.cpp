@@ -118,6 +118,12 @@ void GraphBuilder::reduction(cudnnReduceTensorOp_t reduce_op, const DescriptorPt
   ops_.push_back(op);
 }
 
+void GraphBuilder::reshape(const DescriptorPtr& x, const DescriptorPtr& y) {
+  auto op = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATION_RESHAPE_DESCRIPTOR);
+  op->set(CUDNN_ATTR_OPERATION_RESHAPE_XDESC, *x).set(CUDNN_ATTR_OPERATION_RESHAPE_YDESC, *y).finalize();
+  ops_.push_back(op);
+}
+
 DescriptorPtr GraphBuilder::build_plan(cudnnHandle_t handle) {
   auto graph = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   std::vector<cudnnBackendDescriptor_t> raw_ops;

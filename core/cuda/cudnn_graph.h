@@ -53,6 +53,8 @@ class GraphBuilder {
   void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t math, const DescriptorPtr& x, const DescriptorPtr& y,
                  const DescriptorPtr& b = nullptr, const DescriptorPtr& t = nullptr, int64_t axis = -1);
   void reduction(cudnnReduceTensorOp_t op, const DescriptorPtr& x, const DescriptorPtr& y);
+  // y views x's elements with other dims and strides (a transpose, for the engines that read it so).
+  void reshape(const DescriptorPtr& x, const DescriptorPtr& y);
 
   // The operation graph, its engine configurations from heuristics (mode A), and the first that builds
   // an execution plan. Null when none does; failure() then says why in cuDNN's words.

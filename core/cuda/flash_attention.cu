@@ -67,9 +67,7 @@
 
 #include "core/cuda/flash_attention_mma.cuh"
 #include "core/cuda/kernel_utils.cuh"
-#include "core/cuda/sdpa_cudnn.h"
 #include "core/flash_attention_kernels.h"
-#include "core/ops_flash_attention.h"
 
 namespace dpt::cuda_kernels {
 
@@ -1014,7 +1012,6 @@ void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Ten
       "flash_attention_forward_strided (CUDA): expected bfloat16 with head size 32, 64 or 128, a positive "
       "scale and 16-byte aligned rows, found {}, head size {}, scale {}",
       dtype_name(q.dtype()), d, scale);
-  if (cudnn_attention_enabled() && sdpa_forward_cudnn(q, k, v, out, lse, layouts, bh, t, d, scale)) return;
   flash_forward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), lse.data<float>(),
                     layouts, bh, t, d, static_cast<float>(scale) * kLog2e, cuda::current_stream(device));
 }

@@ -24,39 +24,75 @@ GraphMemory::~GraphMemory() {
 
 void GraphMemory::wait_for_blocks() { DPT_CUDA_CHECK(cudaStreamSynchronize(stream_)); }
 
+void GraphMemory::add_free(char* ptr, size_t bytes) { free_[bytes].push_back(ptr); }
+
+void GraphMemory::remove_free(char* ptr, size_t bytes) {
+  auto it = free_.find(bytes);
+  std::erase(it->second, ptr);
+  if (it->second.empty()) free_.erase(it);
+}
+
 void* GraphMemory::take(size_t bytes) {
   std::lock_guard<std::mutex> lock(mutex_);
-  void* ptr = nullptr;
-  size_t size = bytes;
   auto it = free_.lower_bound(bytes);
-  if (it != free_.end() && it->first <= 2 * bytes) {
-    size = it->first;
-    ptr = it->second.back();  // the most recently freed: likeliest still in L2
+  if (it != free_.end()) {
+    const size_t size = it->first;
+    char* ptr = it->second.back();  // the most recently freed: likeliest still in L2
     it->second.pop_back();
     if (it->second.empty()) free_.erase(it);
-  } else {
-    // From the device's pool on our own stream, which is not being captured: the block exists now, not
-    // as a node of the graph, and may be one the eager warm-up steps left cached. The graph's work uses
-    // it only after wait_for_blocks (at the end of the capture).
-    DeviceGuard guard(device_);
-    DPT_CUDA_CHECK(cudaMallocAsync(&ptr, bytes, stream_));
-    blocks_.emplace(ptr, bytes);
-    reserved_ += bytes;
+    Piece& piece = pieces_.at(ptr);
+    piece.free = false;
+    if (size > 2 * bytes) {  // split: the front serves the request, the rest stays free
+      piece.bytes = bytes;
+      pieces_.emplace(ptr + bytes, Piece{size - bytes, piece.block, true});
+      add_free(ptr + bytes, size - bytes);
+    }
+    outstanding_ += piece.bytes;
+    return ptr;
   }
-  outstanding_ += size;
+  // From the device's pool on our own stream, which is not being captured: the block exists now, not as
+  // a node of the graph, and may be one the eager warm-up steps left cached. The graph's work uses it
+  // only after wait_for_blocks (at the end of the capture).
+  DeviceGuard guard(device_);
+  void* block = nullptr;
+  DPT_CUDA_CHECK(cudaMallocAsync(&block, bytes, stream_));
+  blocks_.emplace(block, bytes);
+  char* ptr = static_cast<char*>(block);
+  pieces_.emplace(ptr, Piece{bytes, ptr, false});
+  reserved_ += bytes;
+  outstanding_ += bytes;
   return ptr;
 }
 
 bool GraphMemory::owns(void* ptr) const {
   std::lock_guard<std::mutex> lock(mutex_);
-  return blocks_.count(ptr) != 0;
+  auto it = pieces_.find(static_cast<char*>(ptr));
+  return it != pieces_.end() && !it->second.free;
 }
 
-void GraphMemory::give_back(void* ptr) {
+void GraphMemory::give_back(void* p) {
   std::lock_guard<std::mutex> lock(mutex_);
-  const size_t size = blocks_.at(ptr);
-  free_[size].push_back(ptr);
-  outstanding_ -= size;
+  auto it = pieces_.find(static_cast<char*>(p));
+  outstanding_ -= it->second.bytes;
+  it->second.free = true;
+  // Merge with the free pieces on either side that belong to the same block (a block's pieces are
+  // adjacent in the address order; another block's never are, even when its bytes happen to follow).
+  auto next = std::next(it);
+  if (next != pieces_.end() && next->second.free && next->second.block == it->second.block) {
+    remove_free(next->first, next->second.bytes);
+    it->second.bytes += next->second.bytes;
+    pieces_.erase(next);
+  }
+  if (it != pieces_.begin()) {
+    auto prev = std::prev(it);
+    if (prev->second.free && prev->second.block == it->second.block) {
+      remove_free(prev->first, prev->second.bytes);
+      prev->second.bytes += it->second.bytes;
+      pieces_.erase(it);
+      it = prev;
+    }
+  }
+  add_free(it->first, it->second.bytes);
 }
 
 void GraphMemory::keep_aside(void* ptr, size_t bytes, cudaStream_t stream) {

@@ -7,10 +7,12 @@
 // instead of the allocator's block cache: free lists over blocks taken from the device's pool and kept
 // until the graph is gone. A block freed during the capture serves a later request of the capture (the
 // captured work runs in the order it was enqueued on one stream, the same rule as the block cache). A
-// request takes the smallest free block that holds it, if that block is at most twice its size (blocks
-// are not split): reusing the larger blocks a step frees keeps the graph's memory near the eager step's
-// peak. After the capture, blocks still held by tensors (the step's loss, say) remain the graph's: each
-// replay rewrites them, and when such a tensor dies its block goes back to the free list, not the pool.
+// request takes the smallest free piece that holds it; a piece more than twice the request is split, the
+// rest staying free, and a freed piece merges with free neighbours of the same block. So a large block a
+// step frees (GPT-2's logits) serves the transient requests after it (an attention workspace) instead of
+// the graph taking new blocks for them: the graph's memory stays near the eager step's peak. After the
+// capture, pieces still held by tensors (the step's loss, say) remain the graph's: each replay rewrites
+// them, and when such a tensor dies its piece goes back to the free list, not the pool.
 //
 // A block allocated before the capture and freed during it may have been read by captured work, which
 // every replay reads again: it is kept aside until the graph is gone instead of going back to the pool.
@@ -47,11 +49,21 @@ class GraphMemory {
     size_t bytes;
     cudaStream_t stream;
   };
+  // A run of one block's bytes: the blocks are tiled by pieces, each handed out or free.
+  struct Piece {
+    size_t bytes;
+    char* block;
+    bool free;
+  };
+  void add_free(char* ptr, size_t bytes);
+  void remove_free(char* ptr, size_t bytes);
+
   int device_;
   cudaStream_t stream_ = nullptr;  // where blocks come from the device's pool and go back to it
   mutable std::mutex mutex_;
-  std::unordered_map<void*, size_t> blocks_;   // every block and its size
-  std::map<size_t, std::vector<void*>> free_;  // size -> free blocks
+  std::unordered_map<void*, size_t> blocks_;   // every block taken from the pool and its size
+  std::map<char*, Piece> pieces_;              // every piece, by address
+  std::map<size_t, std::vector<char*>> free_;  // size -> free pieces, the most recently freed last
   std::vector<Aside> aside_;
   size_t reserved_ = 0, outstanding_ = 0;
 };

@@ -3,6 +3,8 @@
 #include <spdlog/spdlog.h>
 
 #include <cmath>
+#include <cstdlib>
+#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -24,49 +26,45 @@ using cuda::cudnn_graph::DescriptorPtr;
 using cuda::cudnn_graph::Dims;
 using cuda::cudnn_graph::GraphBuilder;
 
-// One built forward: the graph's descriptors, its plan (null: cuDNN has no engine for it) and the uids
-// the variant pack binds.
-struct ForwardPlan {
+// One built graph: its descriptors, its plan (null: cuDNN has no engine for it) and the uids the
+// variant pack binds (0: not in this graph).
+struct AttentionPlan {
   GraphBuilder graph;
   DescriptorPtr plan;
   int64_t workspace_bytes = 0;
-  int64_t q = 0, k = 0, v = 0, out = 0, lse = 0, scale = 0, neg_inf = 0;
+  int64_t q = 0, k = 0, v = 0, out = 0, lse = 0, scale = 0, neg_inf = 0;  // both directions
+  int64_t grad_out = 0, grad_q = 0, grad_k = 0, grad_v = 0, one = 0;    // backward
+  int64_t dot = 0, grad_q_accum = 0;                                       // backward, float32 scratch
 };
 
-// [b, heads, rows, d] as cuDNN sees an operand at `layout` (offset applied to the pointer instead).
-Dims dims_of(int64_t b, const AttentionLayout& layout, int64_t t, int64_t d) { return {b, layout.heads, t, d}; }
-Dims strides_of(const AttentionLayout& layout) {
-  return {layout.batch_stride, layout.head_stride, layout.row_stride, 1};
-}
+// The operands as cuDNN sees them: [b, heads, rows, d] with the layout's strides (its offset goes into
+// the pointer), or transposed to [b, heads, d, rows] by swapping the last two strides.
+struct Shapes {
+  int64_t b, heads, t, d;
+  Dims operand() const { return {b, heads, t, d}; }
+  Dims transposed() const { return {b, heads, d, t}; }
+  Dims scores() const { return {b, heads, t, t}; }
+  Dims score_strides() const { return {heads * t * t, t * t, t, 1}; }
+  Dims scores_transposed_strides() const { return {heads * t * t, t * t, 1, t}; }
+  Dims rows() const { return {b, heads, t, 1}; }
+  Dims row_strides() const { return {heads * t, t, 1, 1}; }
+  Dims dense_strides() const { return {heads * t * d, t * d, d, 1}; }
+};
+Dims strides_of(const AttentionLayout& l) { return {l.batch_stride, l.head_stride, l.row_stride, 1}; }
+Dims transposed_strides_of(const AttentionLayout& l) { return {l.batch_stride, l.head_stride, 1, l.row_stride}; }
 
-// The composite graph cuDNN's fused attention engines recognise: the first product, the scale, the
-// causal mask as generated indices compared and selected, the softmax spelled out (max, subtract, exp,
-// sum, divide; log-sum for the statistics), the second product.
-std::unique_ptr<ForwardPlan> build_forward(cudnnHandle_t handle, const AttentionLayouts& layouts, int64_t bh,
-                                           int64_t t, int64_t d) {
-  auto p = std::make_unique<ForwardPlan>();
-  GraphBuilder& g = p->graph;
-  const int64_t heads = layouts.q.heads, b = bh / heads;
-  const Dims scores{b, heads, t, t}, score_strides{heads * t * t, t * t, t, 1};
-  const Dims rows{b, heads, t, 1}, row_strides{heads * t, t, 1, 1};
-
-  auto q = g.tensor(CUDNN_DATA_BFLOAT16, dims_of(b, layouts.q, t, d), strides_of(layouts.q), &p->q);
-  // K^T: [b, heads, d, t], the same memory with the last two strides swapped.
-  auto k = g.tensor(CUDNN_DATA_BFLOAT16, {b, heads, d, t},
-                    {layouts.k.batch_stride, layouts.k.head_stride, 1, layouts.k.row_stride}, &p->k);
-  auto v = g.tensor(CUDNN_DATA_BFLOAT16, dims_of(b, layouts.v, t, d), strides_of(layouts.v), &p->v);
-  auto out = g.tensor(CUDNN_DATA_BFLOAT16, dims_of(b, layouts.out, t, d), strides_of(layouts.out), &p->out);
-  auto lse = g.tensor(CUDNN_DATA_FLOAT, rows, row_strides, &p->lse);
-  auto scale = g.scalar(&p->scale);
-  auto neg_inf = g.scalar(&p->neg_inf);
-
-  auto score = [&](cudnnDataType_t type) { return g.virtual_tensor(type, scores, score_strides); };
-  auto per_row = [&] { return g.virtual_tensor(CUDNN_DATA_FLOAT, rows, row_strides); };
-
-  auto s = score(CUDNN_DATA_FLOAT);
-  g.matmul(q, k, s);
+// scale S, then the causal mask as generated row and column indices compared (row >= column kept) and
+// -inf selected elsewhere: the spelling cuDNN's attention engines recognise.
+DescriptorPtr scaled_causal(GraphBuilder& g, const Shapes& sh, const DescriptorPtr& s, const DescriptorPtr& scale,
+                            const DescriptorPtr& neg_inf, const DescriptorPtr& subtract = nullptr) {
+  auto score = [&](cudnnDataType_t type) { return g.virtual_tensor(type, sh.scores(), sh.score_strides()); };
   auto scaled = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, s, scaled, scale);
+  if (subtract) {  // the backward subtracts the forward's logsumexp before masking
+    auto shifted = score(CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, scaled, shifted, subtract);
+    scaled = shifted;
+  }
   auto row = score(CUDNN_DATA_INT32), col = score(CUDNN_DATA_INT32);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, scaled, row, nullptr, nullptr, 2);
   g.pointwise(CUDNN_POINTWISE_GEN_INDEX, CUDNN_DATA_FLOAT, scaled, col, nullptr, nullptr, 3);
@@ -74,7 +72,27 @@ std::unique_ptr<ForwardPlan> build_forward(cudnnHandle_t handle, const Attention
   g.pointwise(CUDNN_POINTWISE_CMP_GE, CUDNN_DATA_BOOLEAN, row, keep, col);
   auto masked = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_BINARY_SELECT, CUDNN_DATA_FLOAT, scaled, masked, neg_inf, keep);
+  return masked;
+}
 
+// Forward: S = Q K^T, scaled and masked, softmax spelled out (max, subtract, exp, sum, divide; the
+// logsumexp from the max and the log of the sum), O = P V.
+std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh) {
+  auto p = std::make_unique<AttentionPlan>();
+  GraphBuilder& g = p->graph;
+  auto q = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.q), &p->q);
+  auto kt = g.tensor(CUDNN_DATA_BFLOAT16, sh.transposed(), transposed_strides_of(layouts.k), &p->k);
+  auto v = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.v), &p->v);
+  auto out = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.out), &p->out);
+  auto lse = g.tensor(CUDNN_DATA_FLOAT, sh.rows(), sh.row_strides(), &p->lse);
+  auto scale = g.scalar(&p->scale);
+  auto neg_inf = g.scalar(&p->neg_inf);
+  auto score = [&](cudnnDataType_t type) { return g.virtual_tensor(type, sh.scores(), sh.score_strides()); };
+  auto per_row = [&] { return g.virtual_tensor(CUDNN_DATA_FLOAT, sh.rows(), sh.row_strides()); };
+
+  auto s = score(CUDNN_DATA_FLOAT);
+  g.matmul(q, kt, s);
+  auto masked = scaled_causal(g, sh, s, scale, neg_inf);
   auto max = per_row();
   g.reduction(CUDNN_REDUCE_TENSOR_MAX, masked, max);
   auto shifted = score(CUDNN_DATA_FLOAT);
@@ -96,56 +114,192 @@ std::unique_ptr<ForwardPlan> build_forward(cudnnHandle_t handle, const Attention
   return p;
 }
 
-using PlanKey = std::tuple<int, int64_t, int64_t, int64_t, std::vector<int64_t>>;
+// Backward (core/ops_flash_attention.h has the math): D = rowsum(dO * O) into float32 scratch,
+// P = exp(scale S - lse) masked, dV = P^T dO, dS = P (dO V^T - D) scale, dK = dS^T Q, dQ = dS K.
+// With `accumulate_dq` the engine adds dQ's tile products into float32 scratch (atomically, in no fixed
+// order) and converts at the end; without, it forms dQ in its own deterministic way.
+std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh,
+                                              bool accumulate_dq) {
+  auto p = std::make_unique<AttentionPlan>();
+  GraphBuilder& g = p->graph;
+  auto q = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.q), &p->q);
+  auto kt = g.tensor(CUDNN_DATA_BFLOAT16, sh.transposed(), transposed_strides_of(layouts.k), &p->k);
+  auto vt = g.tensor(CUDNN_DATA_BFLOAT16, sh.transposed(), transposed_strides_of(layouts.v), &p->v);
+  auto out = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.out), &p->out);
+  auto grad_out = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.out), &p->grad_out);
+  auto lse = g.tensor(CUDNN_DATA_FLOAT, sh.rows(), sh.row_strides(), &p->lse);
+  auto grad_q = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.q), &p->grad_q);
+  auto grad_k = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.k), &p->grad_k);
+  auto grad_v = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.v), &p->grad_v);
+  auto scale = g.scalar(&p->scale);
+  auto neg_inf = g.scalar(&p->neg_inf);
+  auto one = g.scalar(&p->one);
+  auto score = [&](cudnnDataType_t type) { return g.virtual_tensor(type, sh.scores(), sh.score_strides()); };
+  auto transposed_score = [&] {
+    return g.virtual_tensor(CUDNN_DATA_BFLOAT16, sh.scores(), sh.scores_transposed_strides());
+  };
 
-PlanKey key_of(int device, const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d) {
+  auto products = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.operand(), sh.dense_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, grad_out, products, out);
+  auto dot_sum = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.rows(), sh.row_strides());
+  g.reduction(CUDNN_REDUCE_TENSOR_ADD, products, dot_sum);
+  auto dot = g.tensor(CUDNN_DATA_FLOAT, sh.rows(), sh.row_strides(), &p->dot);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dot_sum, dot, one);
+
+  auto s = score(CUDNN_DATA_FLOAT);
+  g.matmul(q, kt, s);
+  auto masked = scaled_causal(g, sh, s, scale, neg_inf, lse);
+  auto probs = score(CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, masked, probs);
+  auto probs_t = transposed_score();
+  g.reshape(probs, probs_t);
+  g.matmul(probs_t, grad_out, grad_v);
+
+  auto dp = score(CUDNN_DATA_FLOAT);
+  g.matmul(grad_out, vt, dp);
+  auto centred = score(CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, centred, dot);
+  auto weighted = score(CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, centred, weighted, probs);
+  auto ds = score(CUDNN_DATA_FLOAT);
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, weighted, ds, scale);
+  auto ds_t = transposed_score();
+  g.reshape(ds, ds_t);
+  g.matmul(ds_t, q, grad_k);
+
+  auto k = g.virtual_tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.k));
+  g.reshape(kt, k);
+  if (accumulate_dq) {
+    auto accum = g.tensor(CUDNN_DATA_FLOAT, sh.operand(), sh.dense_strides(), &p->grad_q_accum);
+    g.matmul(ds, k, accum);
+    g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, accum, grad_q);
+  } else {
+    g.matmul(ds, k, grad_q);
+  }
+
+  p->plan = g.build_plan(handle);
+  if (p->plan) p->workspace_bytes = cuda::cudnn_graph::plan_workspace_bytes(*p->plan);
+  return p;
+}
+
+// Plans are per thread (cuDNN handles are) and device, per direction, shape and layout.
+using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t, std::vector<int64_t>>;
+
+bool same_heads(const AttentionLayouts& l) {
+  return l.q.heads == l.k.heads && l.q.heads == l.v.heads && l.q.heads == l.out.heads;
+}
+
+// The plan for `key`, built by `build` on first use; null when cuDNN has no engine, or when the stream
+// is being captured and the plan is not built yet (building may allocate and synchronise, which a
+// capture forbids): the caller then runs our own kernels.
+template <class Build>
+AttentionPlan* find_plan(int device, int direction, const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d,
+                         const char* what, Build&& build) {
+  thread_local std::map<PlanKey, std::unique_ptr<AttentionPlan>> plans;
   std::vector<int64_t> strides;
   for (const AttentionLayout* l : {&layouts.q, &layouts.k, &layouts.v, &layouts.out}) {
     strides.insert(strides.end(), {l->heads, l->batch_stride, l->head_stride, l->row_stride});
   }
-  return {device, bh, t, d, strides};
+  const PlanKey key{device, direction, bh, t, d, strides};
+  auto it = plans.find(key);
+  if (it == plans.end()) {
+    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
+    DPT_CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(device), &capture));
+    if (capture != cudaStreamCaptureStatusNone) return nullptr;
+    const Shapes sh{bh / layouts.q.heads, layouts.q.heads, t, d};
+    it = plans.emplace(key, build(cuda::cudnn_handle(device), sh)).first;
+    if (!it->second->plan) {
+      spdlog::warn("cuDNN attention: no {} engine for causal attention over {} heads of {} x {} ({}); using own kernels",
+                   what, bh, t, d, it->second->graph.failure());
+    }
+  }
+  return it->second->plan ? it->second.get() : nullptr;
 }
 
-bool same_heads(const AttentionLayouts& l) {
-  return l.q.heads == l.k.heads && l.q.heads == l.v.heads && l.q.heads == l.out.heads;
+// Element (0, 0, 0) of a bfloat16 operand.
+void* operand_at(const Tensor& buffer, const AttentionLayout& layout) {
+  return static_cast<char*>(buffer.data_ptr()) + layout.offset * static_cast<int64_t>(sizeof(uint16_t));
+}
+
+Tensor scratch(const Tensor& like, int64_t bytes) {
+  return Tensor::empty({(bytes + 3) / 4}, like.options().with_dtype(DType::Float32));
+}
+
+bool usable(const AttentionLayouts& layouts, int64_t bh, const Tensor& lse) {
+  return same_heads(layouts) && bh % layouts.q.heads == 0 && lse.is_contiguous();
+}
+
+// Which backward graph: DPT_CUDNN_ATTENTION_BACKWARD=off (our kernels), deterministic (default) or
+// accumulate (float32 dQ scratch added to atomically: faster where cuDNN has it, not bitwise repeatable).
+enum class BackwardMode { kOff, kDeterministic, kAccumulate };
+BackwardMode backward_mode() {
+  const char* v = std::getenv("DPT_CUDNN_ATTENTION_BACKWARD");
+  if (v == nullptr || std::strcmp(v, "deterministic") == 0) return BackwardMode::kDeterministic;
+  if (std::strcmp(v, "accumulate") == 0) return BackwardMode::kAccumulate;
+  if (std::strcmp(v, "off") == 0) return BackwardMode::kOff;
+  DPT_FAIL("DPT_CUDNN_ATTENTION_BACKWARD: expected off, deterministic or accumulate, found '{}'", v);
 }
 
 }  // namespace
 
 bool sdpa_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale) {
-  if (!same_heads(layouts) || bh % layouts.q.heads != 0 || !lse.is_contiguous()) return false;
+  if (!usable(layouts, bh, lse)) return false;
   const int device = out.device().index;
-  cudaStream_t stream = cuda::current_stream(device);
-  // Plans are per thread (cuDNN handles are) and built outside stream capture: building one may
-  // allocate and synchronise, which a capture forbids. A capture that meets an unbuilt shape runs our
-  // own kernels.
-  thread_local std::map<PlanKey, std::unique_ptr<ForwardPlan>> plans;
-  const PlanKey key = key_of(device, layouts, bh, t, d);
-  auto it = plans.find(key);
-  if (it == plans.end()) {
-    cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
-    DPT_CUDA_CHECK(cudaStreamIsCapturing(stream, &capture));
-    if (capture != cudaStreamCaptureStatusNone) return false;
-    it = plans.emplace(key, build_forward(cuda::cudnn_handle(device), layouts, bh, t, d)).first;
-    if (!it->second->plan) {
-      spdlog::warn("cuDNN attention: no engine for causal attention over {} heads of {} x {} ({}); using own kernels",
-                   bh, t, d, it->second->graph.failure());
-    }
-  }
-  ForwardPlan& p = *it->second;
-  if (!p.plan) return false;
-
-  Tensor workspace;
-  if (p.workspace_bytes > 0) workspace = Tensor::empty({(p.workspace_bytes + 7) / 8}, out.options().with_dtype(DType::Int64));
+  AttentionPlan* p = find_plan(device, 0, layouts, bh, t, d, "forward", [&](cudnnHandle_t handle, const Shapes& sh) {
+    return build_forward(handle, layouts, sh);
+  });
+  if (!p) return false;
+  Tensor workspace = p->workspace_bytes > 0 ? scratch(out, p->workspace_bytes) : Tensor();
   float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity();
-  auto at = [](const Tensor& buffer, const AttentionLayout& layout) {  // element (0, 0, 0) of a bfloat16 operand
-    return static_cast<void*>(static_cast<char*>(buffer.data_ptr()) + layout.offset * sizeof(uint16_t));
-  };
-  cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p.plan,
-                             {p.q, p.k, p.v, p.out, p.lse, p.scale, p.neg_inf},
-                             {at(q, layouts.q), at(k, layouts.k), at(v, layouts.v), at(out, layouts.out),
-                              lse.data_ptr(), &scale_value, &neg_inf_value},
+  cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan, {p->q, p->k, p->v, p->out, p->lse, p->scale, p->neg_inf},
+                             {operand_at(q, layouts.q), operand_at(k, layouts.k), operand_at(v, layouts.v),
+                              operand_at(out, layouts.out), lse.data_ptr(), &scale_value, &neg_inf_value},
+                             workspace.defined() ? workspace.data_ptr() : nullptr);
+  return true;
+}
+
+bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& grad_out,
+                         const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
+                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale) {
+  const BackwardMode mode = backward_mode();
+  if (mode == BackwardMode::kOff || !usable(layouts, bh, lse)) return false;
+  const bool accumulate = mode == BackwardMode::kAccumulate;
+  const int device = out.device().index;
+  AttentionPlan* p = find_plan(device, accumulate ? 2 : 1, layouts, bh, t, d, "backward",
+                               [&](cudnnHandle_t handle, const Shapes& sh) {
+                                 return build_backward(handle, layouts, sh, accumulate);
+                               });
+  if (!p) return false;
+  // Scratch from the stream-ordered pool, free again once the call is enqueued. The deterministic graph's
+  // workspace holds dP for every head (b heads t t bfloat16: 384 MiB for GPT-2), transient: under a
+  // CUDA graph it is carved from a larger block the step has freed by then (core/cuda/graph_memory.h).
+  Tensor workspace = p->workspace_bytes > 0 ? scratch(out, p->workspace_bytes) : Tensor();
+  Tensor dot = scratch(out, bh * t * 4);
+  float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity(),
+        one_value = 1.0f;
+  std::vector<int64_t> uids{p->q,      p->k,      p->v,   p->out,   p->grad_out, p->lse, p->grad_q,
+                            p->grad_k, p->grad_v, p->dot, p->scale, p->neg_inf,  p->one};
+  std::vector<void*> pointers{operand_at(q, layouts.q),
+                              operand_at(k, layouts.k),
+                              operand_at(v, layouts.v),
+                              operand_at(out, layouts.out),
+                              operand_at(grad_out, layouts.out),
+                              lse.data_ptr(),
+                              operand_at(grad_q, layouts.q),
+                              operand_at(grad_k, layouts.k),
+                              operand_at(grad_v, layouts.v),
+                              dot.data_ptr(),
+                              &scale_value,
+                              &neg_inf_value,
+                              &one_value};
+  Tensor accum;
+  if (accumulate) {
+    accum = scratch(out, bh * t * d * 4);
+    uids.push_back(p->grad_q_accum);
+    pointers.push_back(accum.data_ptr());
+  }
+  cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan, uids, pointers,
                              workspace.defined() ? workspace.data_ptr() : nullptr);
   return true;
 }

@@ -1,7 +1,7 @@
-// cuDNN's fused attention as the forward of causal_attention_qkv (core/cuda/sdpa_cudnn.h): it must write
-// the output and the logsumexp our own kernels write, checked against the CPU reference in float64 on the
-// packed layout GPT-2 uses, and the op must train the same with it on and off (our backward runs on its
-// output and statistics either way).
+// cuDNN's fused attention for causal_attention_qkv (core/cuda/sdpa_cudnn.h): its forward must write the
+// output and the logsumexp our own kernels write, and its backward the gradients of the reference, checked
+// against the CPU reference in float64 on the packed layout GPT-2 uses; and the op must train the same
+// with cuDNN on and off.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -14,6 +14,7 @@
 #include "core/ops_flash_attention.h"
 #include "linear_switches.h"
 #include "max_relative.h"
+#include "scoped_env.h"
 
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/sdpa_cudnn.h"
@@ -55,6 +56,52 @@ TEST(CudnnAttention, ForwardWritesTheOutputAndLogsumexpOfTheReference) {
     EXPECT_LT(max_relative(out.to(Device::cpu()), ref_out, 1.0), 1e-2) << "output " << what;
     // lse is O(1..10): an absolute bound, the scores' own float32 rounding.
     EXPECT_LT(max_relative(lse.to(Device::cpu()), ref_lse, 1.0), 1e-4) << "logsumexp " << what;
+  }
+}
+
+// The cuDNN backward called directly, in both of its graphs, against the CPU reference backward in
+// float64 on the same values. Each graph runs twice with different output gradients: a float32 dQ
+// accumulator that was not cleared between calls (its memory comes from the pool, holding the last
+// call's sums) would show in the second. The deterministic graph must repeat itself bit for bit.
+TEST(CudnnAttention, BackwardWritesTheGradientsOfTheReference) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t b = 2, t = 200, h = 3, d = 64, c = h * d, bh = b * h;
+  const double scale = 0.125;
+  const AttentionLayouts layouts = AttentionLayouts::packed_qkv(h, t, d);
+  Generator gen(91);
+  const TensorOptions bf16 = TensorOptions{}.with_dtype(DType::BFloat16);
+  Tensor qkv = randn({b, t, 3 * c}, gen, bf16);
+  Tensor qkv_gpu = qkv.to(Device::cuda(0));
+  Tensor out = zeros({b, t, c}, qkv_gpu.options());
+  Tensor lse = zeros({b, h, t}, qkv_gpu.options().with_dtype(DType::Float32));
+  ASSERT_TRUE(cuda_kernels::sdpa_forward_cudnn(qkv_gpu, qkv_gpu, qkv_gpu, out, lse, layouts, bh, t, d, scale));
+
+  // The reference backward from the same (rounded) output and statistics, in float64.
+  auto reference = [&](const Tensor& gout) {
+    Tensor q64 = qkv.to(DType::Float64), o64 = out.to(Device::cpu()).to(DType::Float64);
+    Tensor g64 = gout.to(DType::Float64), lse64 = lse.to(Device::cpu()).to(DType::Float64);
+    Tensor grad = zeros({b, t, 3 * c}, q64.options());
+    cpu::flash_attention_backward_strided(q64, q64, q64, o64, g64, lse64, grad, grad, grad, layouts, bh, t, d, scale,
+                                          Tensor());
+    return grad;
+  };
+  auto cudnn = [&](const Tensor& gout) {
+    Tensor grad = zeros({b, t, 3 * c}, qkv_gpu.options());
+    Tensor g = gout.to(Device::cuda(0));
+    EXPECT_TRUE(cuda_kernels::sdpa_backward_cudnn(qkv_gpu, qkv_gpu, qkv_gpu, out, g, lse, grad, grad, grad, layouts,
+                                                  bh, t, d, scale));
+    return grad.to(Device::cpu());
+  };
+  for (std::string mode : {"deterministic", "accumulate"}) {
+    ScopedEnv env("DPT_CUDNN_ATTENTION_BACKWARD", mode.c_str());
+    for (int call = 0; call < 2; ++call) {
+      Tensor gout = randn({b, t, c}, gen, bf16);
+      Tensor got = cudnn(gout);
+      EXPECT_LT(max_relative(got, reference(gout), 1.0), 2e-2) << mode << " call " << call;
+      if (mode != "accumulate") {
+        EXPECT_TRUE(cudnn(gout).to_vector<double>() == got.to_vector<double>()) << "repeat, call " << call;
+      }
+    }
   }
 }
 #endif
