@@ -21,7 +21,9 @@ constexpr int64_t kAlignment = 16;
 
 }  // namespace
 
-Descriptor::Descriptor(cudnnBackendDescriptorType_t type) { DPT_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &desc_)); }
+Descriptor::Descriptor(cudnnBackendDescriptorType_t type) {
+  DPT_CUDNN_CHECK(cudnnBackendCreateDescriptor(type, &desc_));
+}
 
 Descriptor::~Descriptor() {
   if (desc_) (void)cudnnBackendDestroyDescriptor(desc_);
@@ -128,8 +130,9 @@ DescriptorPtr GraphBuilder::build_plan(cudnnHandle_t handle) {
   auto graph = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATIONGRAPH_DESCRIPTOR);
   std::vector<cudnnBackendDescriptor_t> raw_ops;
   for (const DescriptorPtr& op : ops_) raw_ops.push_back(op->get());
-  graph->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw_ops.size()),
-             raw_ops.data())
+  graph
+      ->set(CUDNN_ATTR_OPERATIONGRAPH_OPS, CUDNN_TYPE_BACKEND_DESCRIPTOR, static_cast<int64_t>(raw_ops.size()),
+            raw_ops.data())
       .set(CUDNN_ATTR_OPERATIONGRAPH_HANDLE, CUDNN_TYPE_HANDLE, 1, &handle);
   if (graph->try_finalize() != CUDNN_STATUS_SUCCESS) {
     failure_ = "operation graph refused: " + last_error();
@@ -139,8 +142,8 @@ DescriptorPtr GraphBuilder::build_plan(cudnnHandle_t handle) {
 
   Descriptor heuristics(CUDNN_BACKEND_ENGINEHEUR_DESCRIPTOR);
   const cudnnBackendHeurMode_t mode = CUDNN_HEUR_MODE_A;
-  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph).set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1,
-                                                                     &mode);
+  heuristics.set(CUDNN_ATTR_ENGINEHEUR_OPERATION_GRAPH, *graph)
+      .set(CUDNN_ATTR_ENGINEHEUR_MODE, CUDNN_TYPE_HEUR_MODE, 1, &mode);
   if (heuristics.try_finalize() != CUDNN_STATUS_SUCCESS) {
     failure_ = "heuristics refused the graph: " + last_error();
     return nullptr;

@@ -62,8 +62,8 @@ class GraphBuilder {
   const std::string& failure() const { return failure_; }
 
  private:
-  DescriptorPtr make_tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides, bool is_virtual,
-                            bool by_value, int64_t* uid_out);
+  DescriptorPtr make_tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides, bool is_virtual, bool by_value,
+                            int64_t* uid_out);
 
   int64_t next_uid_ = 1;
   std::vector<DescriptorPtr> keep_;  // every descriptor an operation refers to

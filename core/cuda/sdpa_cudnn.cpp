@@ -8,6 +8,7 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <string>
 #include <tuple>
 #include <vector>
 
@@ -33,8 +34,8 @@ struct AttentionPlan {
   DescriptorPtr plan;
   int64_t workspace_bytes = 0;
   int64_t q = 0, k = 0, v = 0, out = 0, lse = 0, scale = 0, neg_inf = 0;  // both directions
-  int64_t grad_out = 0, grad_q = 0, grad_k = 0, grad_v = 0, one = 0;    // backward
-  int64_t dot = 0, grad_q_accum = 0;                                       // backward, float32 scratch
+  int64_t grad_out = 0, grad_q = 0, grad_k = 0, grad_v = 0, one = 0;      // backward
+  int64_t dot = 0, grad_q_accum = 0;                                      // backward, float32 scratch
 };
 
 // The operands as cuDNN sees them: [b, heads, rows, d] with the layout's strides (its offset goes into
@@ -207,11 +208,22 @@ AttentionPlan* find_plan(int device, int direction, const AttentionLayouts& layo
     DPT_CUDA_CHECK(cudaStreamIsCapturing(cuda::current_stream(device), &capture));
     if (capture != cudaStreamCaptureStatusNone) return nullptr;
     const Shapes sh{bh / layouts.q.heads, layouts.q.heads, t, d};
-    it = plans.emplace(key, build(cuda::cudnn_handle(device), sh)).first;
-    if (!it->second->plan) {
-      spdlog::warn("cuDNN attention: no {} engine for causal attention over {} heads of {} x {} ({}); using own kernels",
-                   what, bh, t, d, it->second->graph.failure());
+    std::unique_ptr<AttentionPlan> built;
+    std::string failure;
+    try {  // a cuDNN that rejects a descriptor of the graph has no engine for it either
+      built = build(cuda::cudnn_handle(device), sh);
+      failure = built->graph.failure();
+    } catch (const std::exception& e) {
+      built = std::make_unique<AttentionPlan>();
+      failure = e.what();
     }
+    if (!built->plan) {
+      spdlog::warn(
+          "cuDNN attention: no {} engine for causal attention over {} heads of {} x {} ({}); "
+          "using own kernels",
+          what, bh, t, d, failure);
+    }
+    it = plans.emplace(key, std::move(built)).first;
   }
   return it->second->plan ? it->second.get() : nullptr;
 }
@@ -252,7 +264,8 @@ bool sdpa_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const
   if (!p) return false;
   Tensor workspace = p->workspace_bytes > 0 ? scratch(out, p->workspace_bytes) : Tensor();
   float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity();
-  cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan, {p->q, p->k, p->v, p->out, p->lse, p->scale, p->neg_inf},
+  cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan,
+                             {p->q, p->k, p->v, p->out, p->lse, p->scale, p->neg_inf},
                              {operand_at(q, layouts.q), operand_at(k, layouts.k), operand_at(v, layouts.v),
                               operand_at(out, layouts.out), lse.data_ptr(), &scale_value, &neg_inf_value},
                              workspace.defined() ? workspace.data_ptr() : nullptr);
@@ -266,10 +279,9 @@ bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, cons
   if (mode == BackwardMode::kOff || !usable(layouts, bh, lse)) return false;
   const bool accumulate = mode == BackwardMode::kAccumulate;
   const int device = out.device().index;
-  AttentionPlan* p = find_plan(device, accumulate ? 2 : 1, layouts, bh, t, d, "backward",
-                               [&](cudnnHandle_t handle, const Shapes& sh) {
-                                 return build_backward(handle, layouts, sh, accumulate);
-                               });
+  AttentionPlan* p = find_plan(
+      device, accumulate ? 2 : 1, layouts, bh, t, d, "backward",
+      [&](cudnnHandle_t handle, const Shapes& sh) { return build_backward(handle, layouts, sh, accumulate); });
   if (!p) return false;
   // Scratch from the stream-ordered pool, free again once the call is enqueued. The deterministic graph's
   // workspace holds dP for every head (b heads t t bfloat16: 384 MiB for GPT-2), transient: under a

@@ -88,8 +88,8 @@ TEST(CudnnAttention, BackwardWritesTheGradientsOfTheReference) {
   auto cudnn = [&](const Tensor& gout) {
     Tensor grad = zeros({b, t, 3 * c}, qkv_gpu.options());
     Tensor g = gout.to(Device::cuda(0));
-    EXPECT_TRUE(cuda_kernels::sdpa_backward_cudnn(qkv_gpu, qkv_gpu, qkv_gpu, out, g, lse, grad, grad, grad, layouts,
-                                                  bh, t, d, scale));
+    EXPECT_TRUE(cuda_kernels::sdpa_backward_cudnn(qkv_gpu, qkv_gpu, qkv_gpu, out, g, lse, grad, grad, grad, layouts, bh,
+                                                  t, d, scale));
     return grad.to(Device::cpu());
   };
   for (std::string mode : {"deterministic", "accumulate"}) {
