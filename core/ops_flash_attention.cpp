@@ -119,10 +119,13 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
   DType lse_dtype = qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
   Tensor lse = Tensor::empty({b, n_head, t}, qkv.options().with_dtype(lse_dtype));
   // cuDNN's fused engine where it has one (and is not switched off), our kernels otherwise. The forward
-  // that ran chooses the backward: cuDNN's after cuDNN's (it may still decline), ours after ours.
+  // that ran chooses the backward: cuDNN's after cuDNN's (it may still decline), ours after ours. Only
+  // a forward that records autograd (a training step) goes to cuDNN: it builds a plan per shape (a
+  // fraction of a second), repaid by the thousands of steps of one shape, not by evaluation or sampling,
+  // where each generated token brings a new sequence length.
   bool on_cudnn = false;
 #ifdef DPT_HAVE_CUDA
-  if (qkv.device().is_cuda() && cudnn_attention_enabled()) {
+  if (qkv.device().is_cuda() && cudnn_attention_enabled() && grad_mode_enabled()) {
     on_cudnn = cuda_kernels::sdpa_forward_cudnn(qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale);
   }
 #endif

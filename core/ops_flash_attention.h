@@ -36,8 +36,9 @@ Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale);
 // causal_attention_qkv on CUDA through cuDNN's fused attention engines (core/cuda/sdpa_cudnn.h) where
 // cuDNN has them for the shape, our mma.sync kernels otherwise: a forward on cuDNN takes cuDNN's backward
 // (deterministic; DPT_CUDNN_ATTENTION_BACKWARD=accumulate for its faster atomic one, =off for ours), a
-// forward on ours takes ours. On by default; DPT_CUDNN_ATTENTION=0 or set_cudnn_attention(false) turns
-// it off (read per call).
+// forward on ours takes ours. Only forwards that record autograd use cuDNN (one plan per shape, built
+// once): evaluation and sampling, whose shapes change from call to call, run ours. On by default;
+// DPT_CUDNN_ATTENTION=0 or set_cudnn_attention(false) turns it off (read per call).
 void set_cudnn_attention(bool enabled);
 bool cudnn_attention_enabled();
 

@@ -7,6 +7,7 @@
 #include <cmath>
 #include <string>
 
+#include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/flash_attention_kernels.h"
@@ -138,6 +139,28 @@ TEST(CudnnAttention, CausalAttentionQkvTrainsTheSameWithCudnnOnAndOff) {
   EXPECT_LT(max_relative(with_cudnn.grad, without.grad, 1.0), 2e-2);
   EXPECT_LT(max_relative(with_cudnn.out, ref.out, 1.0), 1e-2);
   EXPECT_LT(max_relative(with_cudnn.grad, ref.grad, 1.0), 2e-2);
+}
+
+// Without autograd (evaluation, sampling a token at a time: a new length each call) the op runs our
+// kernels, so it needs no cuDNN plan per length: bitwise the result with cuDNN switched off.
+TEST(CudnnAttention, ForwardWithoutAutogradRunsOurKernels) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t b = 1, h = 2, d = 64, c = h * d;
+  Generator gen(97);
+  NoGradGuard no_grad;
+  for (int64_t t : {5, 6, 7}) {
+    Tensor qkv = randn({b, t, 3 * c}, gen, TensorOptions{}.with_dtype(DType::BFloat16)).to(Device::cuda(0));
+    Tensor with_switch_on, with_switch_off;
+    {
+      CudnnAttentionSwitch on(true);
+      with_switch_on = causal_attention_qkv(qkv, h, 0.125).to(Device::cpu());
+    }
+    {
+      CudnnAttentionSwitch off(false);
+      with_switch_off = causal_attention_qkv(qkv, h, 0.125).to(Device::cpu());
+    }
+    EXPECT_TRUE(with_switch_on.to_vector<double>() == with_switch_off.to_vector<double>()) << "T = " << t;
+  }
 }
 
 TEST(CudnnAttention, SwitchFollowsTheSetterAndRestores) {
