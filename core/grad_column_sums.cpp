@@ -1,25 +1,12 @@
 #include "core/grad_column_sums.h"
 
-#include <atomic>
-#include <cstdlib>
-#include <cstring>
-
+#include "core/env_switch.h"
 #include "core/error.h"
 
 namespace dpt {
 
 namespace {
-
-std::atomic<int> g_override{-1};  // -1: the environment decides
-
-bool enabled_from_environment() {
-  static const bool on = [] {
-    const char* v = std::getenv("DPT_GRAD_COLUMN_SUMS");
-    return !(v != nullptr && std::strcmp(v, "0") == 0);
-  }();
-  return on;
-}
-
+EnvSwitch g_handoff("DPT_GRAD_COLUMN_SUMS");
 }  // namespace
 
 void GradColumnSums::deliver(const Tensor& grad, const Tensor& sums) {
@@ -50,11 +37,7 @@ std::shared_ptr<GradColumnSums> claim_grad_column_sums(const Tensor& x) {
   return offer;
 }
 
-void set_grad_column_sums(bool enabled) { g_override.store(enabled ? 1 : 0, std::memory_order_relaxed); }
-
-bool grad_column_sums_enabled() {
-  const int o = g_override.load(std::memory_order_relaxed);
-  return o < 0 ? enabled_from_environment() : o == 1;
-}
+void set_grad_column_sums(bool enabled) { g_handoff.set(enabled); }
+bool grad_column_sums_enabled() { return g_handoff.on(); }
 
 }  // namespace dpt

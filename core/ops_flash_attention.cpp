@@ -1,12 +1,10 @@
 #include "core/ops_flash_attention.h"
 
-#include <atomic>
 #include <cstdint>
-#include <cstdlib>
-#include <cstring>
 #include <vector>
 
 #include "core/autograd.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/flash_attention_kernels.h"
 #include "core/grad_column_sums.h"
@@ -21,25 +19,11 @@
 namespace dpt {
 
 namespace {
-
-std::atomic<int> g_cudnn_attention{-1};  // -1: the environment decides
-
-bool cudnn_attention_from_environment() {
-  static const bool on = [] {
-    const char* v = std::getenv("DPT_CUDNN_ATTENTION");
-    return !(v != nullptr && std::strcmp(v, "0") == 0);
-  }();
-  return on;
-}
-
+EnvSwitch g_cudnn_attention("DPT_CUDNN_ATTENTION");
 }  // namespace
 
-void set_cudnn_attention(bool enabled) { g_cudnn_attention.store(enabled ? 1 : 0, std::memory_order_relaxed); }
-
-bool cudnn_attention_enabled() {
-  const int o = g_cudnn_attention.load(std::memory_order_relaxed);
-  return o < 0 ? cudnn_attention_from_environment() : o == 1;
-}
+void set_cudnn_attention(bool enabled) { g_cudnn_attention.set(enabled); }
+bool cudnn_attention_enabled() { return g_cudnn_attention.on(); }
 
 bool fused_causal_attention_supported(DType dtype, int64_t head_dim) {
   return (dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16) &&

@@ -37,6 +37,7 @@
 #include <unordered_map>
 
 #include "core/autograd.h"
+#include "core/env_switch.h"
 #include "core/error.h"
 #include "core/grad_column_sums.h"
 #include "core/kernels.h"
@@ -51,7 +52,7 @@ namespace dpt {
 
 namespace {
 
-std::atomic<int> g_fused_override{-1};  // -1: the environment decides
+EnvSwitch g_fused("DPT_LINEAR_FUSED");
 
 // -1: the environment decides (DPT_LINEAR_ABSORB=none|relu|all, default relu); else a LinearAbsorb.
 std::atomic<int> g_absorb_override{-1};
@@ -63,14 +64,6 @@ LinearAbsorb absorb_from_environment() {
     return s == "none" ? LinearAbsorb::None : s == "all" ? LinearAbsorb::All : LinearAbsorb::Relu;
   }();
   return level;
-}
-
-bool fused_from_environment() {
-  static const bool on = [] {
-    const char* v = std::getenv("DPT_LINEAR_FUSED");
-    return !(v && std::string(v) == "0");
-  }();
-  return on;
 }
 
 Tensor activate(const Tensor& y, Activation act) {
@@ -356,7 +349,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
 
 }  // namespace
 
-void set_linear_fused(bool enabled) { g_fused_override.store(enabled ? 1 : 0, std::memory_order_relaxed); }
+void set_linear_fused(bool enabled) { g_fused.set(enabled); }
 
 void set_linear_absorb(LinearAbsorb level) { g_absorb_override.store(static_cast<int>(level)); }
 
@@ -371,10 +364,7 @@ bool linear_absorbs(Activation act) {
   return act == Activation::Gelu && level == LinearAbsorb::All;
 }
 
-bool linear_fused() {
-  const int o = g_fused_override.load(std::memory_order_relaxed);
-  return o < 0 ? fused_from_environment() : o == 1;
-}
+bool linear_fused() { return g_fused.on(); }
 
 namespace {
 void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
