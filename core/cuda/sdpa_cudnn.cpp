@@ -2,7 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cmath>
 #include <cstdlib>
 #include <cstring>
 #include <limits>
@@ -22,7 +21,6 @@ namespace dpt::cuda_kernels {
 
 namespace {
 
-using cuda::cudnn_graph::Descriptor;
 using cuda::cudnn_graph::DescriptorPtr;
 using cuda::cudnn_graph::Dims;
 using cuda::cudnn_graph::GraphBuilder;
