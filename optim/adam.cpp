@@ -50,7 +50,11 @@ AdamW::AdamW(const NamedTensors& params, const AdamOptions& options)
 AdamW::AdamW(std::vector<ParamGroup> groups, const AdamOptions& options) : Adam(std::move(groups), options, true) {}
 
 void Adam::count_steps_on_device() {
-  const Device device = param_groups().front().params.front().second.device();
+  // A ZeRO shard may leave a group without pieces on this rank: take the device of any parameter.
+  Device device = Device::cpu();
+  for (const auto& group : param_groups())
+    if (!group.params.empty()) device = group.params.front().second.device();
+  DPT_CHECK(device.is_cuda(), "Adam: count_steps_on_device needs parameters on a CUDA device (it has none)");
   for (const auto& group : param_groups())
     for (const auto& [name, p] : group.params)
       DPT_CHECK(p.device() == device && device.is_cuda(),

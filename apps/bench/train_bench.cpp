@@ -215,8 +215,11 @@ int run_train_bench(int argc, char** argv) {
     ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
     if (args.zero) {
       zero = std::make_unique<dist::ZeroOptimizer>(
-          *ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
-          [&adam](std::vector<optim::ParamGroup> g) { return std::make_unique<optim::AdamW>(std::move(g), adam); });
+          *ddp, optim::weight_decay_groups(mp.master_params(), 0.1), [&](std::vector<optim::ParamGroup> g) {
+            auto shard = std::make_unique<optim::AdamW>(std::move(g), adam);
+            if (args.cuda_graph) shard->count_steps_on_device();  // replays advance the step on the device
+            return shard;
+          });
     } else if (args.overlap_optimizer) {
       dist::step_in_backward(*ddp, opt,
                              args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced
@@ -229,13 +232,13 @@ int run_train_bench(int argc, char** argv) {
   const bool twins = compute == DType::BFloat16 && !args.unfused_master;
   if (twins && !zero) mp.fuse_with(opt);
   const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
-  // With DDP the graph holds the step's NCCL AllReduces too; the copy-engine exchange's flags and ZeRO's
-  // sharded optimizer are not captured.
+  // With DDP the graph holds the step's NCCL collectives too (AllReduces, or ZeRO's reduce-scatters and
+  // all-gathers); the copy-engine exchange's flags are not captured.
   DPT_CHECK(!args.cuda_graph || device.is_cuda(), "dpt-bench train: --cuda-graph runs on a GPU (device {})",
             device.str());
-  DPT_CHECK(!args.cuda_graph || !ddp || (std::string(ddp->exchange_name()) == "nccl" && !zero),
-            "dpt-bench train: --cuda-graph with several GPUs needs NCCL's AllReduce (--grad-exchange nccl, "
-            "no --zero); gradients are averaged by {}{}", ddp ? ddp->exchange_name() : "", zero ? " with ZeRO" : "");
+  DPT_CHECK(!args.cuda_graph || !ddp || std::string(ddp->exchange_name()) == "nccl",
+            "dpt-bench train: --cuda-graph with several GPUs needs NCCL (--grad-exchange nccl); gradients are "
+            "averaged by {}", ddp ? ddp->exchange_name() : "");
   DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(), "dpt-bench train: --cuda-graph needs bf16 with fused "
             "master updates or fp32 (not --unfused-master)");
   if (args.cuda_graph) opt.count_steps_on_device();  // replays advance the step on the device

@@ -152,4 +152,7 @@ TEST_F(DdpParityCuda, UpdateStreamWithCopyEnginesTwoGpus) { expect_passes(2, "ml
 // The whole step, AllReduces included, captured in a CUDA graph and replayed (NCCL).
 TEST_F(DdpParityCuda, CudaGraphMlpTwoGpus) { expect_passes(2, "mlp graph cuda nccl"); }
 TEST_F(DdpParityCuda, CudaGraphGptTwoGpus) { expect_passes(2, "gpt graph cuda nccl"); }
+// ZeRO-1 captured: reduce-scatters, the sharded update and the parameter all-gathers in one graph.
+TEST_F(DdpParityCuda, CudaGraphZeroMlpTwoGpus) { expect_passes(2, "mlp zerograph cuda nccl"); }
+TEST_F(DdpParityCuda, CudaGraphZeroGptTwoGpus) { expect_passes(2, "gpt zerograph cuda nccl"); }
 

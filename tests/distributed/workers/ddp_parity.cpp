@@ -3,7 +3,7 @@
 //   dpt_test_ddp_parity <model> <mode> <device> [auto | nccl | copy_engine]
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
-//          | zerobf16 | exchange | overlapstream | graph
+//          | zerobf16 | exchange | overlapstream | graph | zerograph
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -194,19 +194,31 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
 // the batch copied into the graph's input buffers first, as a trainer would. Two eager steps come
 // first: the bucket rebuild after the first backward must not happen inside the capture. Every replay
 // must keep the replica on the single-process reference, so a replay that skipped its AllReduces (or
-// reran the captured batch) fails.
-bool run_graph(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options) {
+// reran the captured batch) fails. With Stepping::kZero the graph holds ZeRO-1's reduce-scatters, the
+// sharded AdamW and the parameter all-gathers instead (the step happens inside backward).
+bool run_graph(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options,
+               Stepping stepping = Stepping::kAfterBackward) {
   auto reference = make_model(s);
   auto replica = make_model(s);
   auto ref_opt = make_optimizer(*reference);
   auto rep_opt = make_optimizer(*replica);
-  rep_opt->count_steps_on_device();
   dist::DistributedDataParallel ddp(replica, pg, options);
+  std::unique_ptr<dist::ZeroOptimizer> zero;
+  if (stepping == Stepping::kZero) {
+    zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), [](std::vector<optim::ParamGroup> g) {
+      auto adamw = std::make_unique<optim::AdamW>(std::move(g), adam_options());
+      adamw->count_steps_on_device();
+      return adamw;
+    });
+    rep_opt.reset();
+  } else {
+    rep_opt->count_steps_on_device();
+  }
   Tensor x_in, y_in;  // the graph reads its batch from here
   auto replica_step = [&] {
     replica->zero_grad();
     loss_of(s, *replica, x_in, y_in).backward();
-    rep_opt->step();
+    if (rep_opt) rep_opt->step();
   };
   std::unique_ptr<cuda::CudaGraph> graph;
   constexpr int kEagerSteps = 2;
@@ -446,6 +458,8 @@ int main(int argc, char** argv) {
       ok = run_mismatch(s, pg);
     } else if (mode == "graph") {
       ok = run_graph(s, pg, o);
+    } else if (mode == "zerograph") {
+      ok = run_graph(s, pg, o, Stepping::kZero);
     } else if (mode == "exchange") {
       ok = run_exchange(s, pg);
     } else {
