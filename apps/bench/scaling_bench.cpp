@@ -113,7 +113,8 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
   while (std::fgets(buf.data(), buf.size(), pipe)) {
     std::string line = buf.data();
     output += line;
-    if (line.find("\"system\": \"dptrain\"") != std::string::npos) json = line;
+    // "dptrain", or "dptrain+graph" with --cuda-graph in DPT_BENCH_TRAIN_ARGS.
+    if (line.find("\"system\": \"dptrain") != std::string::npos) json = line;
   }
   int status = pclose(pipe);
   DPT_CHECK(status == 0 && !json.empty(), "dpt-bench scaling: {} GPU run failed:\n{}", gpus, output);
