@@ -128,8 +128,10 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
   r.grad_bytes = json_number(json, "grad_bytes");
   r.unit = json_string(json, "unit");
   r.device = json_string(json, "device");
-  std::printf("  %d GPU(s), bucket %.0f MB: %.0f %s per GPU, step %.2f ms, comm %.2f ms (exposed %.2f)\n", gpus,
-              bucket_cap_mb, r.throughput, r.unit.c_str(), r.step_ms, r.comm_ms, r.exposed_ms);
+  const bool graph = json_string(json, "system") == "dptrain+graph";
+  std::printf("  %d GPU(s), bucket %.0f MB%s: %.0f %s per GPU, step %.2f ms, comm %.2f ms (exposed %.2f)\n", gpus,
+              bucket_cap_mb, graph ? " (CUDA graph)" : "", r.throughput, r.unit.c_str(), r.step_ms, r.comm_ms,
+              r.exposed_ms);
   std::fflush(stdout);
   return r;
 }

@@ -41,6 +41,7 @@ TEST(BenchScaling, WritesWeakScalingTablesForOneAndTwoProcesses) {
   std::string md = read(out / "scaling.md");
   EXPECT_NE(md.find("| GPUs | bucket MB |"), std::string::npos) << md;
   EXPECT_NE(md.find("predicted efficiency"), std::string::npos) << md;
+  EXPECT_EQ(read(out.string() + ".log").find("(CUDA graph)"), std::string::npos);  // eager runs
   std::filesystem::remove_all(out);
 }
 
