@@ -50,7 +50,10 @@ summary() {  # summary <status line> : device, counts and failures, printed last
   echo
   echo "=== dptrain GPU test summary ==="
   echo "device:  ${device:-no GPU visible to nvidia-smi}"
-  echo "commit:  $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+  # A copied working tree may carry changes its .git does not know: say how many files differ.
+  local changed
+  changed="$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null | wc -l)"
+  echo "commit:  $(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)$([[ "$changed" != 0 ]] && echo " + $changed changed files")"
   echo "$1"
 }
 
