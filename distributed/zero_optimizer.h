@@ -21,6 +21,9 @@
 // only this rank's block of each gradient bucket holds the averaged gradient; the state dict is this
 // rank's shard (piece names "<param>[begin:end]"), so resuming needs the same world size and buckets.
 // float32 masters of mixed precision stay whole on every rank (only Adam's moments are sharded).
+// The whole step can be captured in a CUDA graph (cuda::CudaGraph) after an eager warm-up step: the
+// collectives become graph nodes; build the inner AdamW with count_steps_on_device() so replays advance
+// its step (apps/bench/train_bench.cpp does).
 #include <functional>
 #include <memory>
 #include <vector>
