@@ -40,7 +40,7 @@ class ColumnSumsSwitch : public ScopedSwitch<bool> {
   explicit ColumnSumsSwitch(bool on) : ScopedSwitch(grad_column_sums_enabled, set_grad_column_sums, on) {}
 };
 
-// cuDNN's fused attention forward on or off (set_cudnn_attention).
+// cuDNN's fused attention, forward and the backward after it, on or off (set_cudnn_attention).
 class CudnnAttentionSwitch : public ScopedSwitch<bool> {
  public:
   explicit CudnnAttentionSwitch(bool on) : ScopedSwitch(cudnn_attention_enabled, set_cudnn_attention, on) {}

@@ -34,6 +34,12 @@ struct AttentionPlan {
   int64_t q = 0, k = 0, v = 0, out = 0, lse = 0, scale = 0, neg_inf = 0;  // both directions
   int64_t grad_out = 0, grad_q = 0, grad_k = 0, grad_v = 0, one = 0;      // backward
   int64_t dot = 0, grad_q_accum = 0;                                      // backward, float32 scratch
+
+  // Asks cuDNN for a plan of the finished graph (none: no engine) and the workspace it needs.
+  void build(cudnnHandle_t handle) {
+    plan = graph.build_plan(handle);
+    if (plan) workspace_bytes = cuda::cudnn_graph::plan_workspace_bytes(*plan);
+  }
 };
 
 // The operands as cuDNN sees them: [b, heads, rows, d] with the layout's strides (its offset goes into
@@ -108,8 +114,7 @@ std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const Attenti
   g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, probs, sum);
   g.matmul(probs, v, out);
 
-  p->plan = g.build_plan(handle);
-  if (p->plan) p->workspace_bytes = cuda::cudnn_graph::plan_workspace_bytes(*p->plan);
+  p->build(handle);
   return p;
 }
 
@@ -176,8 +181,7 @@ std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const Attent
     g.matmul(ds, k, grad_q);
   }
 
-  p->plan = g.build_plan(handle);
-  if (p->plan) p->workspace_bytes = cuda::cudnn_graph::plan_workspace_bytes(*p->plan);
+  p->build(handle);
   return p;
 }
 
