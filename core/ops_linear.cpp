@@ -29,6 +29,9 @@
 // an op that absorbed its producer is not itself absorbable (a chain L1 -> L2 -> L3 fuses L1 into L2).
 // Which activations are absorbed is a measured choice (linear_absorbs, core/ops.h): ReLU by default;
 // GELU only on request, because cuBLASLt runs its DGELU_BGRAD as a slow separate pass on Hopper.
+//
+// A weight with a LinearGradProvider (core/linear_grad_provider.h) gets neither dW nor db from here: the
+// provider sees x in forward and dpre in backward, and forms them itself (on both paths above).
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -41,6 +44,7 @@
 #include "core/error.h"
 #include "core/grad_column_sums.h"
 #include "core/kernels.h"
+#include "core/linear_grad_provider.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
 
@@ -87,6 +91,24 @@ Tensor linear_composed(const Tensor& x, const Tensor& weight, const Tensor& bias
   return x.dim() == 1 ? y.reshape({weight.size(0)}) : y;
 }
 
+// The composition with W and b detached and an identity op on x W^T + b whose backward hands its
+// gradient to the provider; autograd still forms dx through the matmul. The tap lists W among its
+// inputs (its gradient: none) so that it is recorded even when x requires no gradient.
+Tensor linear_provided(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
+                       std::shared_ptr<LinearGradProvider> provider) {
+  Tensor in = x.dim() == 1 ? x.reshape({1, x.size(0)}) : x;
+  provider->on_input(in.detach().contiguous());
+  Tensor pre = matmul(in, weight.detach(), false, true);
+  if (bias.defined()) pre = pre + bias.detach();
+  Tensor tapped = pre.detach();
+  record_op("LinearGradTap", {pre, weight}, {tapped}, [provider](const std::vector<Tensor>& grads) {
+    provider->on_output_grad(grads[0].contiguous());
+    return std::vector<Tensor>{grads[0], Tensor()};
+  });
+  Tensor y = activate(tapped, act);
+  return x.dim() == 1 ? y.reshape({weight.size(0)}) : y;
+}
+
 #ifdef DPT_HAVE_CUDA
 namespace ck = cuda_kernels;
 
@@ -98,6 +120,7 @@ struct FusedSaved {
                // no reference to it, so a big output (a language-model head's logits) is freed as
                // soon as its consumers are done with it instead of living until this op's backward.
   TensorOptions options;  // dtype and device of out and of the gradients
+  std::shared_ptr<LinearGradProvider> provider;  // forms dW and db instead of param_grads (see the top)
   Activation act = Activation::None;
   int64_t m = 0, n = 0, k = 0;
 };
@@ -166,6 +189,10 @@ Tensor pre_activation_grad(const FusedSaved& s, const Tensor& grad_out, Tensor* 
 // reduction. cuBLASLt's BGRADB epilogue would fold db into the GEMM, but on Hopper it runs as a separate
 // kernel after it and was slower: GPT-2 step 33.74 -> 33.56 ms on an H100 (three runs each) with the sums.
 void param_grads(const FusedSaved& s, const Tensor& gpre, bool need_w, bool need_b, Tensor* gw, Tensor* gb) {
+  if (s.provider) {
+    s.provider->on_output_grad(gpre);
+    return;
+  }
   if (need_w) {
     Tensor w = Tensor::empty({s.n, s.k}, s.weight.options());
     ck::LtGemmArgs args;
@@ -267,6 +294,8 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   if (!backward) return out;
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
+  if (need_w) saved->provider = linear_grad_provider(weight);
+  if (saved->provider) saved->provider->on_input(saved->x);
   const Shape x_shape = x.shape();
   std::shared_ptr<Absorbable> producer = need_x ? find_absorbable(x) : nullptr;
   if (producer && (producer->saved->options.dtype != dt || producer->saved->options.device != x.device() ||
@@ -289,7 +318,8 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     const Tensor& w1 = producer->weight;
     const Tensor& b1 = producer->bias;
     const bool need_x1 = x1.requires_grad(), need_w1 = w1.requires_grad();
-    const bool need_b1 = b1.defined() && b1.requires_grad();
+    // A provider forms the producer's db itself: the epilogue need not.
+    const bool need_b1 = b1.defined() && b1.requires_grad() && !producer->saved->provider;
     record_op("LinearPairBackward", inputs({x1, w1, b1, weight, bias}), {out},
               [saved, producer, need_x1, need_w1, need_b1, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
                 const FusedSaved& s = *saved;
@@ -322,14 +352,15 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   // Without an activation the bias gradient is the column sum of the output's gradient, which a
   // consumer (flash attention) may hand over (core/grad_column_sums.h).
   std::shared_ptr<GradColumnSums> sums_offer;
-  if (act == Activation::None && need_b) sums_offer = std::make_shared<GradColumnSums>(n, bias.dtype());
+  if (act == Activation::None && need_b && !saved->provider) sums_offer = std::make_shared<GradColumnSums>(n, bias.dtype());
   record_op("LinearBackward", inputs({x, weight, bias}), {out},
             [saved, self, sums_offer, x_shape, need_x, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
               const FusedSaved& s = *saved;
               Tensor gx, gw, gb;
               if (sums_offer) gb = sums_offer->take(grads[0]);
               Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
-              Tensor gpre = pre_activation_grad(s, g, need_b && !gb.defined() && s.bias.defined() ? &gb : nullptr);
+              const bool bias_from_pass = need_b && !gb.defined() && s.bias.defined() && !s.provider;
+              Tensor gpre = pre_activation_grad(s, g, bias_from_pass ? &gb : nullptr);
               param_grads(s, gpre, need_w, need_b && !gb.defined(), &gw, &gb);
               if (need_x) gx = matmul(gpre, s.weight).reshape(x_shape);
               return outputs({gx, gw, gb}, grads[0]);
@@ -386,6 +417,10 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activat
     if (y.defined()) return y;
   }
 #endif
+  if (grad_mode_enabled() && weight.requires_grad()) {
+    if (std::shared_ptr<LinearGradProvider> provider = linear_grad_provider(weight))
+      return linear_provided(x, weight, bias, act, std::move(provider));
+  }
   return linear_composed(x, weight, bias, act);
 }
 

@@ -19,6 +19,7 @@
 #include "distributed/env.h"
 #include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
+#include "distributed/gathered_linear_zero.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"
@@ -77,6 +78,7 @@ struct Args {
   bool updates_when_reduced = false;  // with --overlap-optimizer: updates on DDP's update stream during backward
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
+  bool gathered_grads = false;     // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
   std::string grad_exchange = "nccl";  // with DDP: nccl, copy_engine or auto (DDPOptions::grad_exchange)
   std::string save_start;  // non-empty: write the initial float32 parameters and the batch here (rank 0)
   bool cuda_graph = false;  // capture one step after warm-up and replay it (one launch per step)
@@ -104,6 +106,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--updates-when-reduced") a.updates_when_reduced = a.overlap_optimizer = true;
     else if (k == "--unfused-master") a.unfused_master = true;
     else if (k == "--zero") a.zero = true;
+    else if (k == "--gathered-grads") a.gathered_grads = a.zero = true;
     else if (k == "--grad-exchange") a.grad_exchange = value();
     else if (k == "--save-start") a.save_start = value();
     else if (k == "--losses") a.losses = true;
@@ -111,7 +114,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--cuda-graph") a.cuda_graph = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
-                  "--unfused-master, --zero, --grad-exchange, --save-start, --losses, --held, "
+                  "--unfused-master, --zero, --gathered-grads, --grad-exchange, --save-start, --losses, --held, "
                   "--cuda-graph)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
@@ -207,19 +210,24 @@ int run_train_bench(int argc, char** argv) {
   optim::AdamW opt(optim::weight_decay_groups(mp.master_params(), 0.1), adam);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
   std::unique_ptr<dist::ZeroOptimizer> zero;
+  std::unique_ptr<dist::GatheredLinearZero> gathered;
   if (group) {
     dist::DDPOptions o;
     o.bucket_cap_mb = args.bucket_cap_mb;
     o.grad_exchange = dist::parse_grad_exchange(args.grad_exchange);
     if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
     ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
-    if (args.zero) {
-      zero = std::make_unique<dist::ZeroOptimizer>(
-          *ddp, optim::weight_decay_groups(mp.master_params(), 0.1), [&](std::vector<optim::ParamGroup> g) {
-            auto shard = std::make_unique<optim::AdamW>(std::move(g), adam);
-            if (args.cuda_graph) shard->count_steps_on_device();  // replays advance the step on the device
-            return shard;
-          });
+    auto make_shard = [&](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
+      auto shard = std::make_unique<optim::AdamW>(std::move(g), adam);
+      if (args.cuda_graph) shard->count_steps_on_device();  // replays advance the step on the device
+      return shard;
+    };
+    if (args.gathered_grads) {
+      gathered = std::make_unique<dist::GatheredLinearZero>(*ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
+                                                            make_shard);
+    } else if (args.zero) {
+      zero = std::make_unique<dist::ZeroOptimizer>(*ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
+                                                   make_shard);
     } else if (args.overlap_optimizer) {
       dist::step_in_backward(*ddp, opt,
                              args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced
@@ -230,7 +238,7 @@ int run_train_bench(int argc, char** argv) {
   // gradient copies, no separate conversion pass; optim/optimizer.h set_compute_twins). ZeRO sets up
   // the same on its shards.
   const bool twins = compute == DType::BFloat16 && !args.unfused_master;
-  if (twins && !zero) mp.fuse_with(opt);
+  if (twins && !zero && !gathered) mp.fuse_with(opt);
   const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
   // With DDP the graph holds the step's NCCL collectives too (AllReduces, or ZeRO's reduce-scatters and
   // all-gathers); the copy-engine exchange's flags are not captured.

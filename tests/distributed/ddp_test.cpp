@@ -118,6 +118,16 @@ TEST(DdpParityCpu, ZeroShardedOptimizerTwoRanks) { expect_passes(2, "mlp zero cp
 TEST(DdpParityCpu, ZeroShardedOptimizerGptThreeRanks) { expect_passes(3, "gpt zero cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerTinyBucketsThreeRanks) { expect_passes(3, "mlp zerotiny cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerBf16Twins) { expect_passes(2, "mlp zerobf16 cpu"); }
+// ZeRO-1 whose Linear gradients are formed from every rank's gathered inputs and output gradients.
+TEST(DdpParityCpu, GatheredGradientsTwoRanks) { expect_passes(2, "mlp gathered cpu"); }
+TEST(DdpParityCpu, GatheredGradientsFourRanks) { expect_passes(4, "mlp gathered cpu"); }
+TEST(DdpParityCpu, GatheredGradientsBf16Twins) { expect_passes(2, "mlp gatheredbf16 cpu"); }
+TEST(DdpParityCpu, GatheredGradientsNeedOnlyLinears) {
+  expect_fails_with(2, "gpt gathered cpu", "is not a Linear's weight or bias");
+}
+TEST(DdpParityCpu, GatheredGradientsNeedDivisibleRows) {
+  expect_fails_with(3, "mlp gathered cpu", "not divisible by the world size 3");
+}
 TEST(DdpParityCpu, UnusedParametersDoNotHang) { expect_passes(2, "mlp unused cpu"); }
 TEST(DdpParityCpu, CopyEngineExchangeOnCpuIsAClearError) {
   expect_fails_with(2, "mlp default cpu copy_engine",
@@ -155,4 +165,9 @@ TEST_F(DdpParityCuda, CudaGraphGptTwoGpus) { expect_passes(2, "gpt graph cuda nc
 // ZeRO-1 captured: reduce-scatters, the sharded update and the parameter all-gathers in one graph.
 TEST_F(DdpParityCuda, CudaGraphZeroMlpTwoGpus) { expect_passes(2, "mlp zerograph cuda nccl"); }
 TEST_F(DdpParityCuda, CudaGraphZeroGptTwoGpus) { expect_passes(2, "gpt zerograph cuda nccl"); }
+// Gradients from gathered inputs: eager, bf16 twins, and captured with the update stream and both
+// communicators inside the graph.
+TEST_F(DdpParityCuda, GatheredGradientsTwoGpus) { expect_passes(2, "mlp gathered cuda"); }
+TEST_F(DdpParityCuda, GatheredGradientsBf16TwoGpus) { expect_passes(2, "mlp gatheredbf16 cuda"); }
+TEST_F(DdpParityCuda, CudaGraphGatheredGradientsTwoGpus) { expect_passes(2, "mlp gatheredgraph cuda nccl"); }
 

@@ -3,7 +3,8 @@
 //   dpt_test_ddp_parity <model> <mode> <device> [auto | nccl | copy_engine]
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
-//          | zerobf16 | exchange | overlapstream | graph | zerograph
+//          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
+//          | gatheredgraph
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -23,6 +24,7 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
+#include "distributed/gathered_linear_zero.h"
 #include "distributed/overlapped_optimizer.h"
 #include "distributed/peer_exchange.h"
 #include "distributed/process_group.h"
@@ -144,8 +146,9 @@ bool compare(const nn::Module& got, const nn::Module& want, double tol, const st
 }
 
 // How the replica's optimizer steps: after backward; inside backward bucket by bucket
-// (distributed/overlapped_optimizer.h); or sharded, ZeRO-1 (distributed/zero_optimizer.h).
-enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero };
+// (distributed/overlapped_optimizer.h); or sharded, ZeRO-1 (distributed/zero_optimizer.h), or ZeRO-1 with
+// the Linear gradients formed from gathered inputs (distributed/gathered_linear_zero.h).
+enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero, kGathered };
 
 // One DDP replica next to the single-process reference, for kSteps steps.
 bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options, int micro_batches,
@@ -162,6 +165,11 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
   }
   if (stepping == Stepping::kZero) {
     zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), make_adamw);
+    rep_opt.reset();
+  }
+  std::unique_ptr<dist::GatheredLinearZero> gathered;
+  if (stepping == Stepping::kGathered) {
+    gathered = std::make_unique<dist::GatheredLinearZero>(ddp, rep_opt->param_groups(), make_adamw);
     rep_opt.reset();
   }
   for (int step = 0; step < kSteps; ++step) {
@@ -204,12 +212,17 @@ bool run_graph(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDP
   auto rep_opt = make_optimizer(*replica);
   dist::DistributedDataParallel ddp(replica, pg, options);
   std::unique_ptr<dist::ZeroOptimizer> zero;
+  std::unique_ptr<dist::GatheredLinearZero> gathered;
+  auto make_counting_adamw = [](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
+    auto adamw = std::make_unique<optim::AdamW>(std::move(g), adam_options());
+    adamw->count_steps_on_device();
+    return adamw;
+  };
   if (stepping == Stepping::kZero) {
-    zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), [](std::vector<optim::ParamGroup> g) {
-      auto adamw = std::make_unique<optim::AdamW>(std::move(g), adam_options());
-      adamw->count_steps_on_device();
-      return adamw;
-    });
+    zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), make_counting_adamw);
+    rep_opt.reset();
+  } else if (stepping == Stepping::kGathered) {
+    gathered = std::make_unique<dist::GatheredLinearZero>(ddp, rep_opt->param_groups(), make_counting_adamw);
     rep_opt.reset();
   } else {
     rep_opt->count_steps_on_device();
@@ -254,7 +267,8 @@ bool run_graph(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDP
 // the sharded AdamW writes both. Reference: one process, the same mixed precision with the fused update
 // (optim::MixedPrecision::fuse_with) on the global batch. bf16 activations round differently for a
 // different batch split, hence the bf16 tolerance.
-bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options) {
+bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options,
+                   Stepping stepping = Stepping::kZero) {
   auto reference = make_model(s);
   auto replica = make_model(s);
   optim::MixedPrecision ref_mp(reference->named_parameters(), DType::BFloat16);
@@ -263,7 +277,13 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
   optim::MixedPrecision rep_mp(replica->named_parameters(), DType::BFloat16);
   dist::DistributedDataParallel ddp(replica, pg, options);
   optim::ParamGroup all{rep_mp.master_params(), adam_options().weight_decay, 1.0};
-  dist::ZeroOptimizer zero(ddp, {all}, make_adamw);
+  std::unique_ptr<dist::ZeroOptimizer> zero;
+  std::unique_ptr<dist::GatheredLinearZero> gathered;
+  if (stepping == Stepping::kGathered) {
+    gathered = std::make_unique<dist::GatheredLinearZero>(ddp, std::vector<optim::ParamGroup>{all}, make_adamw);
+  } else {
+    zero = std::make_unique<dist::ZeroOptimizer>(ddp, std::vector<optim::ParamGroup>{all}, make_adamw);
+  }
   for (int step = 0; step < kSteps; ++step) {
     auto [x_global, y] = global_batch(s, step);
     Tensor x = s.model_kind == "gpt" ? x_global : x_global.to(DType::BFloat16);  // token ids stay integers
@@ -460,6 +480,12 @@ int main(int argc, char** argv) {
       ok = run_graph(s, pg, o);
     } else if (mode == "zerograph") {
       ok = run_graph(s, pg, o, Stepping::kZero);
+    } else if (mode == "gathered") {
+      ok = run_parity(s, pg, o, 1, 1e-6, "ZeRO-1 with gathered-input gradients", Stepping::kGathered);
+    } else if (mode == "gatheredbf16") {
+      ok = run_zero_bf16(s, pg, o, Stepping::kGathered);
+    } else if (mode == "gatheredgraph") {
+      ok = run_graph(s, pg, o, Stepping::kGathered);
     } else if (mode == "exchange") {
       ok = run_exchange(s, pg);
     } else {

@@ -1,0 +1,286 @@
+#include "distributed/gathered_linear_zero.h"
+
+#include <set>
+#include <unordered_map>
+#include <utility>
+
+#include "core/autograd.h"
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/linear_grad_provider.h"
+#include "core/ops.h"
+#include "layers/linear.h"
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/gemm_lt.h"
+#include "core/cuda/stream.h"
+#endif
+
+namespace dpt::dist {
+
+struct GatheredLinearZero::Layer {
+  std::string name;                // the Linear's path in the model ("0", "block.fc", ...)
+  Tensor weight, bias;             // DDP's (compute) parameters; bias may be undefined
+  int64_t out = 0, in = 0;
+  int64_t row0 = 0, rows = 0;      // this rank's rows of weight and bias
+  Tensor x_all, dpre_all;          // [world * m, in], [world * m, out]: every rank's rows, rank order
+  std::shared_ptr<Work> x_gather;  // this step's, from forward
+  std::shared_ptr<Work> dpre_gather;
+  Tensor grad_w, grad_b;           // [rows, in], [rows]: the averaged gradient of this rank's rows
+  std::vector<Tensor> pieces;      // the optimizer's parameters for those rows
+};
+
+// The stream the gradients and updates run on (CUDA), beside backward on the compute stream.
+struct GatheredLinearZero::Streams {
+#ifdef DPT_HAVE_CUDA
+  cudaStream_t update = nullptr;
+  explicit Streams(int device) : update(cuda::create_stream(device)) {}
+  ~Streams() { cuda::destroy_stream(update); }
+#endif
+};
+
+namespace {
+
+Tensor flat_range(const Tensor& t, int64_t begin, int64_t end) {
+  return make_view(t, {end - begin}, {1}, t.impl()->offset + begin);
+}
+
+class Provider : public LinearGradProvider {
+ public:
+  Provider(std::shared_ptr<GatheredLinearZero*> owner, size_t layer) : owner_(std::move(owner)), layer_(layer) {}
+  void on_input(const Tensor& x) override {
+    if (*owner_) (*owner_)->on_input(layer_, x);
+  }
+  void on_output_grad(const Tensor& dpre) override {
+    if (*owner_) (*owner_)->on_output_grad(layer_, dpre);
+  }
+
+ private:
+  std::shared_ptr<GatheredLinearZero*> owner_;
+  size_t layer_;
+};
+
+void collect_linears(const std::shared_ptr<nn::Module>& m, const std::string& path,
+                     std::vector<std::pair<std::string, nn::Linear*>>& out) {
+  if (auto* linear = dynamic_cast<nn::Linear*>(m.get())) out.emplace_back(path, linear);
+  for (const auto& [name, child] : m->named_children())
+    collect_linears(child, path.empty() ? name : path + "." + name, out);
+}
+
+std::string param_name(const std::string& path, const char* leaf) {
+  return path.empty() ? leaf : path + "." + leaf;
+}
+
+}  // namespace
+
+GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
+                                       const Factory& make)
+    : group_(ddp.process_group()) {
+  NoGradGuard no_grad;
+  DPT_CHECK(ddp.module() != nullptr, "GatheredLinearZero: DDP must wrap a module (its Linear layers are sharded)");
+  const int64_t world = group_->size(), rank = group_->rank();
+  std::unordered_map<std::string, std::pair<size_t, Tensor>> target_of;  // name -> (group, tensor to update)
+  for (size_t g = 0; g < groups.size(); ++g)
+    for (const auto& [name, t] : groups[g].params) target_of.emplace(name, std::make_pair(g, t));
+
+  std::vector<std::pair<std::string, nn::Linear*>> linears;
+  collect_linears(ddp.module(), "", linears);
+  std::set<std::string> covered;
+  std::vector<optim::ParamGroup> piece_groups;
+  for (const auto& g : groups) piece_groups.push_back({{}, g.weight_decay, g.lr_scale});
+  NamedTensors twins;
+  size_t n_pieces = 0;
+  // One optimizer piece: rows [row0, row0 + rows) of `param` (row length `row`), its gradient `grad`.
+  auto add_piece = [&](Layer& layer, const std::string& name, const Tensor& param, int64_t row, const Tensor& grad) {
+    auto it = target_of.find(name);
+    DPT_CHECK(it != target_of.end(), "GatheredLinearZero: parameter '{}' is in none of the optimizer's groups", name);
+    const Tensor& target = it->second.second;
+    DPT_CHECK(target.numel() == param.numel() && target.is_contiguous() && target.device() == param.device(),
+              "GatheredLinearZero: '{}' to update is {} on {}, expected a contiguous tensor like {} on {}", name,
+              shape_str(target.shape()), target.device().str(), shape_str(param.shape()), param.device().str());
+    const int64_t begin = layer.row0 * row, end = (layer.row0 + layer.rows) * row;
+    const std::string piece_name = fmt::format("{}[{}:{}]", name, begin, end);
+    Tensor piece = flat_range(target, begin, end);
+    piece.requires_grad_(true);
+    Tensor flat_grad = grad.reshape({end - begin});
+    if (target.same(param)) {
+      piece.set_grad(flat_grad);
+    } else {  // mixed precision: DDP's parameter is the compute twin of the float32 master
+      Tensor twin = flat_range(param, begin, end);
+      twin.set_grad(flat_grad);
+      twins.emplace_back(piece_name, twin);
+    }
+    piece_groups[it->second.first].params.emplace_back(piece_name, piece);
+    layer.pieces.push_back(piece);
+    covered.insert(name);
+    sharded_elements_ += end - begin;
+    ++n_pieces;
+  };
+  for (const auto& [path, linear] : linears) {
+    Layer layer;
+    layer.name = path;
+    layer.weight = linear->weight;
+    layer.bias = linear->bias;
+    layer.out = linear->weight.size(0);
+    layer.in = linear->weight.size(1);
+    DPT_CHECK(layer.out % world == 0,
+              "GatheredLinearZero: Linear '{}' has {} output features, not divisible by the world size {} (each "
+              "rank owns an equal block of rows)",
+              path, layer.out, world);
+    layer.rows = layer.out / world;
+    layer.row0 = rank * layer.rows;
+    const TensorOptions opts = layer.weight.options();
+    layer.grad_w = Tensor::empty({layer.rows, layer.in}, opts);
+    add_piece(layer, param_name(path, "weight"), layer.weight, layer.in, layer.grad_w);
+    if (layer.bias.defined()) {
+      layer.grad_b = Tensor::empty({layer.rows}, layer.bias.options());
+      add_piece(layer, param_name(path, "bias"), layer.bias, 1, layer.grad_b);
+    }
+    layers_.push_back(std::move(layer));
+  }
+  for (const auto& [name, p] : ddp.parameters())
+    DPT_CHECK(covered.count(name), "GatheredLinearZero: parameter '{}' is not a Linear's weight or bias; every "
+              "parameter must be (use ZeroOptimizer for other models)", name);
+  for (const auto& [name, entry] : target_of)
+    DPT_CHECK(covered.count(name), "GatheredLinearZero: optimizer parameter '{}' is not one of DDP's parameters",
+              name);
+  DPT_CHECK(twins.empty() || twins.size() == n_pieces,
+            "GatheredLinearZero: either every parameter has a float32 master or none does ({} of {} have one)",
+            twins.size(), n_pieces);
+  inner_ = make(std::move(piece_groups));
+  DPT_CHECK(inner_ != nullptr, "GatheredLinearZero: the optimizer factory returned nothing");
+  if (!twins.empty()) inner_->set_compute_twins(twins);
+
+  std::vector<int> everyone(static_cast<size_t>(world));
+  for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;
+  param_group_ = group_->new_group(everyone);
+#ifdef DPT_HAVE_CUDA
+  if (!layers_.empty() && layers_.front().weight.device().is_cuda())
+    streams_ = std::make_unique<Streams>(layers_.front().weight.device().index);
+#endif
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    auto provider = std::make_shared<Provider>(alive_, l);
+    set_linear_grad_provider(layers_[l].weight, provider);
+    providers_.push_back(provider);
+  }
+  callback_id_ = add_backward_end_callback([alive = alive_] {
+    if (*alive) (*alive)->finish_backward();
+  });
+}
+
+GatheredLinearZero::~GatheredLinearZero() {
+  *alive_ = nullptr;
+  remove_backward_end_callback(callback_id_);
+  for (auto& layer : layers_) set_linear_grad_provider(layer.weight, nullptr);
+}
+
+size_t GatheredLinearZero::num_layers() const { return layers_.size(); }
+
+// Forward: the layer's input rows go to every rank while the forward goes on.
+void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
+  NoGradGuard no_grad;
+  Layer& layer = layers_[l];
+  DPT_CHECK(!layer.x_gather, "GatheredLinearZero: Linear '{}' ran forward twice before a backward (each forward "
+            "must be followed by its backward, and each Linear used once per forward)", layer.name);
+  const int64_t rows_all = group_->size() * x.size(0);
+  if (!layer.x_all.defined() || layer.x_all.size(0) != rows_all || layer.x_all.dtype() != x.dtype()) {
+    layer.x_all = Tensor::empty({rows_all, layer.in}, x.options());
+    layer.dpre_all = Tensor::empty({rows_all, layer.out}, x.options());
+  }
+  layer.x_gather = group_->allgather(layer.x_all, x);
+}
+
+// Backward: the output gradient goes to every rank at once; the update that uses it is queued at the
+// next layer's gradient, when backward has queued its last read of this layer's weight (see the header).
+void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
+  NoGradGuard no_grad;
+  Layer& layer = layers_[l];
+  DPT_CHECK(layer.x_gather, "GatheredLinearZero: Linear '{}' reached backward without its forward", layer.name);
+  DPT_CHECK(dpre.numel() == layer.dpre_all.numel() / group_->size(),
+            "GatheredLinearZero: Linear '{}': the output gradient has {} elements, expected {}", layer.name,
+            dpre.numel(), layer.dpre_all.numel() / group_->size());
+  if (!in_backward_) {
+    in_backward_ = true;
+    inner_->begin_step();
+  }
+  layer.dpre_gather = group_->allgather(layer.dpre_all, dpre);
+  if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
+  pending_ = static_cast<int64_t>(l);
+}
+
+// dW[R_r] = 1/N dpre_all[:, R_r]^T x_all and db[R_r] = 1/N colsum(dpre_all[:, R_r]): the average over
+// ranks of their gradients, as one GEMM over every rank's rows.
+void GatheredLinearZero::form_gradients(Layer& layer) {
+  const int64_t rows_all = layer.x_all.size(0);
+  const float inv_world = 1.0f / static_cast<float>(group_->size());
+  Tensor dpre_mine =
+      make_view(layer.dpre_all, {rows_all, layer.rows}, {layer.out, 1}, layer.dpre_all.impl()->offset + layer.row0)
+          .contiguous();
+  bool done = false;
+#ifdef DPT_HAVE_CUDA
+  if (layer.grad_w.device().is_cuda()) {
+    namespace ck = cuda_kernels;
+    ck::LtGemmArgs args;
+    args.m = layer.rows;
+    args.n = layer.in;
+    args.k = rows_all;
+    args.transpose_a = true;
+    args.alpha = inv_world;
+    done = ck::gemm_lt_supported(dpre_mine, layer.x_all, layer.grad_w, args) &&
+           ck::gemm_lt(dpre_mine, layer.x_all, layer.grad_w, args);
+  }
+#endif
+  if (!done) kernels::unary(kernels::UnaryOp::Scale, matmul(dpre_mine, layer.x_all, true, false), layer.grad_w, inv_world);
+  if (layer.bias.defined()) kernels::unary(kernels::UnaryOp::Scale, sum(dpre_mine, 0), layer.grad_b, inv_world);
+}
+
+// Stream order (CUDA): the update stream waits for the compute stream (backward has queued every read
+// of this layer's weight), then for the x and dpre gathers; the parameter gather on the second
+// communicator's stream is ordered after the update by the process group's own event.
+void GatheredLinearZero::launch_update(size_t l) {
+  Layer& layer = layers_[l];
+#ifdef DPT_HAVE_CUDA
+  std::unique_ptr<cuda::StreamGuard> on_updates;
+  if (streams_) {
+    cuda::CudaEvent read_done(false, layer.weight.device().index);
+    read_done.record();
+    read_done.wait(streams_->update);
+    on_updates = std::make_unique<cuda::StreamGuard>(streams_->update);
+  }
+#endif
+  layer.x_gather->wait();
+  layer.dpre_gather->wait();
+  layer.x_gather.reset();
+  layer.dpre_gather.reset();
+  form_gradients(layer);
+  inner_->update(layer.pieces);
+  Tensor w = layer.weight.detach();
+  param_gathers_.push_back(param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows)));
+  if (layer.bias.defined()) {
+    Tensor b = layer.bias.detach();
+    param_gathers_.push_back(param_group_->allgather(b, b.slice(layer.row0, layer.row0 + layer.rows)));
+  }
+}
+
+// The compute stream (CUDA) or the host (Gloo) waits for the last updates and every parameter gather:
+// after backward() the parameters hold this step's values on every rank.
+void GatheredLinearZero::finish_backward() {
+  if (!in_backward_) return;
+  in_backward_ = false;
+  NoGradGuard no_grad;
+  if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
+  pending_ = -1;
+#ifdef DPT_HAVE_CUDA
+  if (streams_) {
+    cuda::CudaEvent updates_done(false, layers_.front().weight.device().index);
+    updates_done.record(streams_->update);
+    updates_done.wait();
+  }
+#endif
+  for (auto& w : param_gathers_) w->wait();
+  param_gathers_.clear();
+  for (const auto& layer : layers_)
+    DPT_CHECK(!layer.x_gather, "GatheredLinearZero: Linear '{}' ran forward but received no gradient in this "
+              "backward (every Linear must take part in the loss)", layer.name);
+}
+
+}  // namespace dpt::dist

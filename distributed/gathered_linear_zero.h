@@ -1,0 +1,83 @@
+#pragma once
+// ZeRO-1 for models made of Linear layers, with the weight gradients formed from all-gathered layer
+// inputs and output gradients instead of reduced: no gradient is ever reduce-scattered or all-reduced.
+//
+// The averaged gradient of a Linear over the global batch (N ranks x m rows) is
+//   dW = 1/N sum_k dpre_k^T x_k = 1/N dpre_all^T x_all,   db = 1/N colsum(dpre_all),
+// one GEMM over the ranks' stacked rows. Rank r owns rows R_r = [r n/N, (r+1) n/N) of every W [n, in]
+// and b [n], keeps AdamW state for those rows only (ZeRO stage 1), and forms dW[R_r] and db[R_r] from
+// x_all and the columns R_r of dpre_all. A layer costs x (m x in) and dpre (m x n) sent per rank instead
+// of its share of the gradient (n x in / N in a reduce-scatter): for a 4096 x 4096 layer at 512 rows a
+// rank sends half the bytes of ZeRO's reduce-scatter (a quarter of an AllReduce's), and the x half of
+// them during forward. The updated rows are then all-gathered into every rank's parameters.
+//
+// Per step (core/linear_grad_provider.h calls on_input / on_output_grad from inside dpt::linear):
+//   comm stream A:   AG x_1 .. AG x_L (forward) ........ AG dpre_L .. AG dpre_{L-1} .. AG dpre_1
+//   update stream:                                        dW_L db_L AdamW_L | dW_{L-1} ... | dW_1 ...
+//   comm stream B:                                                  AG W_L b_L | AG W_{L-1} ... | AG W_1
+//   compute stream:  forward ......... backward (dx only) ............................. | wait(all)
+// A layer's update is queued only once backward has queued every kernel that reads its W (the next
+// layer's gradient, or the end of backward), behind an event on the compute stream. The parameter
+// all-gathers use a second communicator (their own stream) so the next layer's dpre gather never
+// queues behind an update. The compute stream waits for the update stream and every all-gather at the
+// end of backward: after loss.backward() the step is done, as with ZeroOptimizer.
+//
+// Each element is updated by exactly one rank from the averaged gradient, so parameters equal those of
+// DDP + the full optimizer up to the order of the sums. Limits: every parameter DDP holds must be a
+// Linear's weight or bias, out_features divisible by the world size, each Linear used once per forward
+// and every forward followed by its backward (x is gathered in forward); no no_sync accumulation, no
+// gradient clipping; float32 masters of mixed precision stay whole on every rank (only their rows that
+// this rank owns are updated there). The step can be captured in a CUDA graph after an eager step
+// (count the inner AdamW's steps on the device). Works on Gloo (CPU) and NCCL.
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "distributed/ddp.h"
+#include "optim/optimizer.h"
+
+namespace dpt::dist {
+
+class GatheredLinearZero {
+ public:
+  using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+
+  // `groups`: the parameters to update (DDP's own when float32, or the float32 masters of mixed
+  // precision under the same names), as for ZeroOptimizer. `ddp` has already checked that every rank
+  // holds the same model and broadcast rank 0's parameters; from here on its buckets stay idle.
+  GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make);
+  ~GatheredLinearZero();
+  GatheredLinearZero(const GatheredLinearZero&) = delete;
+  GatheredLinearZero& operator=(const GatheredLinearZero&) = delete;
+
+  optim::Optimizer& optimizer() { return *inner_; }
+  int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
+  size_t num_layers() const;
+
+  // Called through the layers' providers.
+  void on_input(size_t layer, const Tensor& x);
+  void on_output_grad(size_t layer, const Tensor& dpre);
+
+ private:
+  struct Layer;
+  struct Streams;
+  void launch_update(size_t layer);
+  void form_gradients(Layer& layer);
+  void finish_backward();
+
+  std::shared_ptr<ProcessGroup> group_;         // x and dpre all-gathers (DDP's group)
+  std::shared_ptr<ProcessGroup> param_group_;   // parameter all-gathers: same ranks, own communicator
+  std::vector<Layer> layers_;
+  std::unique_ptr<optim::Optimizer> inner_;
+  std::unique_ptr<Streams> streams_;
+  std::vector<std::shared_ptr<Work>> param_gathers_;
+  std::vector<std::shared_ptr<void>> providers_;  // registered on the weights (core/linear_grad_provider.h)
+  int64_t pending_ = -1;   // the layer whose update waits until backward has read its weight
+  bool in_backward_ = false;
+  int64_t sharded_elements_ = 0;
+  uint64_t callback_id_ = 0;
+  std::shared_ptr<GatheredLinearZero*> alive_ = std::make_shared<GatheredLinearZero*>(this);
+};
+
+}  // namespace dpt::dist
