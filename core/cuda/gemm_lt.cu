@@ -295,7 +295,7 @@ bool gemm_lt(const Tensor& a, const Tensor& b, const Tensor& c, const LtGemmArgs
   if (!algo) return false;
 
   KernelTimer timer("gemm_lt", true);
-  const float alpha = args.alpha, beta = has_addend ? 1.0f : 0.0f;
+  const float alpha = 1.0f, beta = has_addend ? 1.0f : 0.0f;
   // beta = 0: C is not read; it is passed as D's own buffer and layout, as cuBLASLt requires for
   // in-place-capable calls. With an addend, C is the addend, laid out as D.
   const void* c_in = has_addend ? args.addend.data_ptr() : c.data_ptr();

@@ -38,9 +38,6 @@ struct LtGemmArgs {
   // With None or Bias only: [m, n] in C's dtype, added before the one rounding to C (cuBLASLt's C
   // operand at beta = 1): C = AB (+ bias) + addend. A residual connection's add inside the GEMM.
   Tensor addend;
-  // Scales the product (not the bias or addend): C = alpha AB (+ ...). A data-parallel weight gradient
-  // averaged over ranks in the GEMM itself (distributed/gathered_linear_zero.h).
-  float alpha = 1.0f;
 };
 
 // Int32 words of the ReLU bit mask of an [m, n] result: cuBLASLt wants its leading dimension (bits

@@ -98,6 +98,11 @@ StreamGuard::StreamGuard(cudaStream_t stream) {
   t_current_streams[device_] = stream;
 }
 
+StreamGuard::StreamGuard(cudaStream_t stream, int device) : device_(resolve_device(device)) {
+  previous_ = t_current_streams[device_];
+  t_current_streams[device_] = stream;
+}
+
 StreamGuard::~StreamGuard() { t_current_streams[device_] = previous_; }
 
 // --- CudaEvent ----------------------------------------------------------------------------------

@@ -41,6 +41,9 @@ class DeviceGuard {
 class StreamGuard {
  public:
   explicit StreamGuard(cudaStream_t stream);
+  // With the stream's device given: the only form allowed while `stream` is being captured into a CUDA
+  // graph (the runtime refuses to look a capturing stream's device up).
+  StreamGuard(cudaStream_t stream, int device);
   ~StreamGuard();
   StreamGuard(const StreamGuard&) = delete;
   StreamGuard& operator=(const StreamGuard&) = delete;
