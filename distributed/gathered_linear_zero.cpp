@@ -19,12 +19,12 @@ struct GatheredLinearZero::Layer {
   std::string name;                // the Linear's path in the model ("0", "block.fc", ...)
   Tensor weight, bias;             // DDP's (compute) parameters; bias may be undefined
   int64_t out = 0, in = 0;
-  int64_t row0 = 0, rows = 0;      // this rank's rows of weight and bias
+  int64_t row0 = 0, rows = 0;      // this rank's rows of weight
   Tensor x_all, dpre_all;          // [world * m, in], [world * m, out]: every rank's rows, rank order
   Tensor dpre_mine;                // [world * m, rows]: the columns of dpre_all this rank's rows need
   std::shared_ptr<Work> x_gather;  // this step's, from forward
   std::shared_ptr<Work> dpre_gather;
-  Tensor grad_w, grad_b;           // [rows, in], [rows]: the averaged gradient of this rank's rows
+  Tensor grad_w, grad_b;           // [rows, in]: the averaged gradient of this rank's rows; [out]: of the bias
   std::vector<Tensor> pieces;      // the optimizer's parameters for those rows
 };
 
@@ -89,15 +89,15 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   for (const auto& g : groups) piece_groups.push_back({{}, g.weight_decay, g.lr_scale});
   NamedTensors twins;
   size_t n_pieces = 0;
-  // One optimizer piece: rows [row0, row0 + rows) of `param` (row length `row`), its gradient `grad`.
-  auto add_piece = [&](Layer& layer, const std::string& name, const Tensor& param, int64_t row, const Tensor& grad) {
+  // One optimizer piece: elements [begin, end) of `param`, its gradient `grad`.
+  auto add_piece = [&](Layer& layer, const std::string& name, const Tensor& param, int64_t begin, int64_t end,
+                       const Tensor& grad) {
     auto it = target_of.find(name);
     DPT_CHECK(it != target_of.end(), "GatheredLinearZero: parameter '{}' is in none of the optimizer's groups", name);
     const Tensor& target = it->second.second;
     DPT_CHECK(target.numel() == param.numel() && target.is_contiguous() && target.device() == param.device(),
               "GatheredLinearZero: '{}' to update is {} on {}, expected a contiguous tensor like {} on {}", name,
               shape_str(target.shape()), target.device().str(), shape_str(param.shape()), param.device().str());
-    const int64_t begin = layer.row0 * row, end = (layer.row0 + layer.rows) * row;
     const std::string piece_name = fmt::format("{}[{}:{}]", name, begin, end);
     Tensor piece = flat_range(target, begin, end);
     piece.requires_grad_(true);
@@ -130,10 +130,11 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     layer.row0 = rank * layer.rows;
     const TensorOptions opts = layer.weight.options();
     layer.grad_w = Tensor::empty({layer.rows, layer.in}, opts);
-    add_piece(layer, param_name(path, "weight"), layer.weight, layer.in, layer.grad_w);
-    if (layer.bias.defined()) {
-      layer.grad_b = Tensor::empty({layer.rows}, layer.bias.options());
-      add_piece(layer, param_name(path, "bias"), layer.bias, 1, layer.grad_b);
+    add_piece(layer, param_name(path, "weight"), layer.weight, layer.row0 * layer.in,
+              (layer.row0 + layer.rows) * layer.in, layer.grad_w);
+    if (layer.bias.defined()) {  // whole on every rank (see the header)
+      layer.grad_b = Tensor::empty({layer.out}, layer.bias.options());
+      add_piece(layer, param_name(path, "bias"), layer.bias, 0, layer.out, layer.grad_b);
     }
     layers_.push_back(std::move(layer));
   }
@@ -208,8 +209,8 @@ void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
   pending_ = static_cast<int64_t>(l);
 }
 
-// dW[R_r] = 1/N dpre_all[:, R_r]^T x_all and db[R_r] = 1/N colsum(dpre_all[:, R_r]): the average over
-// ranks of their gradients, as one GEMM over every rank's rows. Nothing here allocates: on CUDA this runs
+// dW[R_r] = 1/N dpre_all[:, R_r]^T x_all and db = 1/N colsum(dpre_all): the average over ranks of their
+// gradients, as one GEMM (one column sum) over every rank's rows. Nothing here allocates: on CUDA this runs
 // on the update stream, and a CUDA graph's allocator serves the order of one stream only
 // (core/cuda/graph_memory.h), so a block freed here could be handed to the compute stream too early.
 void GatheredLinearZero::form_gradients(Layer& layer) {
@@ -225,7 +226,7 @@ void GatheredLinearZero::form_gradients(Layer& layer) {
   args.alpha = inv_world;
   kernels::gemm(layer.dpre_mine, layer.x_all, layer.grad_w, args);
   if (layer.bias.defined()) {
-    kernels::reduce(kernels::ReduceOp::Sum, layer.dpre_mine, 1, rows_all, layer.rows, layer.grad_b, Tensor());
+    kernels::reduce(kernels::ReduceOp::Sum, layer.dpre_all, 1, rows_all, layer.out, layer.grad_b, Tensor());
     kernels::unary(kernels::UnaryOp::Scale, layer.grad_b, layer.grad_b, inv_world);
   }
 }
@@ -252,10 +253,6 @@ void GatheredLinearZero::launch_update(size_t l) {
   inner_->update(layer.pieces);
   Tensor w = layer.weight.detach();
   param_gathers_.push_back(param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows)));
-  if (layer.bias.defined()) {
-    Tensor b = layer.bias.detach();
-    param_gathers_.push_back(param_group_->allgather(b, b.slice(layer.row0, layer.row0 + layer.rows)));
-  }
 }
 
 // The compute stream (CUDA) or the host (Gloo) waits for the last updates and every parameter gather:

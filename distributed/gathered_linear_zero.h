@@ -4,17 +4,19 @@
 //
 // The averaged gradient of a Linear over the global batch (N ranks x m rows) is
 //   dW = 1/N sum_k dpre_k^T x_k = 1/N dpre_all^T x_all,   db = 1/N colsum(dpre_all),
-// one GEMM over the ranks' stacked rows. Rank r owns rows R_r = [r n/N, (r+1) n/N) of every W [n, in]
-// and b [n], keeps AdamW state for those rows only (ZeRO stage 1), and forms dW[R_r] and db[R_r] from
-// x_all and the columns R_r of dpre_all. A layer costs x (m x in) and dpre (m x n) sent per rank instead
-// of its share of the gradient (n x in / N in a reduce-scatter): for a 4096 x 4096 layer at 512 rows a
-// rank sends half the bytes of ZeRO's reduce-scatter (a quarter of an AllReduce's), and the x half of
-// them during forward. The updated rows are then all-gathered into every rank's parameters.
+// one GEMM over the ranks' stacked rows. Rank r owns rows R_r = [r n/N, (r+1) n/N) of every W [n, in],
+// keeps AdamW state for those rows only (ZeRO stage 1), and forms dW[R_r] from x_all and the columns R_r
+// of dpre_all. A bias is small and dpre_all is on every rank: every rank forms the whole db and updates
+// the whole bias (replicated state, identical results), so no bias is ever gathered. A layer costs x
+// (m x in) and dpre (m x n) sent per rank instead of its share of the gradient (n x in / N in a
+// reduce-scatter): for a 4096 x 4096 layer at 512 rows a rank sends half the bytes of ZeRO's
+// reduce-scatter (a quarter of an AllReduce's), and the x half of them during forward. The updated weight
+// rows are then all-gathered into every rank's parameters.
 //
 // Per step (core/linear_grad_provider.h calls on_input / on_output_grad from inside dpt::linear):
 //   comm stream A:   AG x_1 .. AG x_L (forward) ........ AG dpre_L .. AG dpre_{L-1} .. AG dpre_1
 //   update stream:                                        dW_L db_L AdamW_L | dW_{L-1} ... | dW_1 ...
-//   comm stream B:                                                  AG W_L b_L | AG W_{L-1} ... | AG W_1
+//   comm stream B:                                                  AG W_L | AG W_{L-1} ... | AG W_1
 //   compute stream:  forward ......... backward (dx only) ............................. | wait(all)
 // A layer's update is queued only once backward has queued every kernel that reads its W (the next
 // layer's gradient, or the end of backward), behind an event on the compute stream. The parameter
@@ -22,8 +24,8 @@
 // queues behind an update. The compute stream waits for the update stream and every all-gather at the
 // end of backward: after loss.backward() the step is done, as with ZeroOptimizer.
 //
-// Each element is updated by exactly one rank from the averaged gradient, so parameters equal those of
-// DDP + the full optimizer up to the order of the sums. Limits: every parameter DDP holds must be a
+// Each weight element is updated by exactly one rank, each bias element by every rank alike, from the
+// averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums. Limits: every parameter DDP holds must be a
 // Linear's weight or bias, out_features divisible by the world size, each Linear used once per forward
 // and every forward followed by its backward (x is gathered in forward); no no_sync accumulation, no
 // gradient clipping; float32 masters of mixed precision stay whole on every rank (only their rows that
