@@ -97,12 +97,13 @@ Tensor linear_composed(const Tensor& x, const Tensor& weight, const Tensor& bias
 Tensor linear_provided(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                        std::shared_ptr<LinearGradProvider> provider) {
   Tensor in = x.dim() == 1 ? x.reshape({1, x.size(0)}) : x;
-  provider->on_input(in.detach().contiguous());
+  const int64_t k = weight.size(1), n = weight.size(0);
+  provider->on_input(in.detach().contiguous().reshape({in.numel() / k, k}));  // the rows, as the provider takes them
   Tensor pre = matmul(in, weight.detach(), false, true);
   if (bias.defined()) pre = pre + bias.detach();
   Tensor tapped = pre.detach();
-  record_op("LinearGradTap", {pre, weight}, {tapped}, [provider](const std::vector<Tensor>& grads) {
-    provider->on_output_grad(grads[0].contiguous());
+  record_op("LinearGradTap", {pre, weight}, {tapped}, [provider, n](const std::vector<Tensor>& grads) {
+    provider->on_output_grad(grads[0].contiguous().reshape({grads[0].numel() / n, n}));
     return std::vector<Tensor>{grads[0], Tensor()};
   });
   Tensor y = activate(tapped, act);

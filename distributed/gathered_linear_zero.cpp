@@ -174,8 +174,6 @@ GatheredLinearZero::~GatheredLinearZero() {
   for (auto& layer : layers_) set_linear_grad_provider(layer.weight, nullptr);
 }
 
-size_t GatheredLinearZero::num_layers() const { return layers_.size(); }
-
 // Forward: the layer's input rows go to every rank while the forward goes on.
 void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
   NoGradGuard no_grad;

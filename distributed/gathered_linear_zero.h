@@ -55,7 +55,6 @@ class GatheredLinearZero {
 
   optim::Optimizer& optimizer() { return *inner_; }
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
-  size_t num_layers() const;
 
   // Called through the layers' providers.
   void on_input(size_t layer, const Tensor& x);

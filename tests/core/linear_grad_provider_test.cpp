@@ -100,5 +100,25 @@ TEST(LinearGradProvider, ReachedWhenTheInputNeedsNoGradient) {
   EXPECT_FALSE(w.grad().defined());
 }
 
+// A [batch, time, in] input reaches the provider as its [batch * time, in] rows, and the output gradient
+// as [batch * time, out], so dW = dpre^T x holds whatever the leading dimensions.
+TEST(LinearGradProvider, BatchedInputArrivesAsRows) {
+  Generator gen(5);
+  const TensorOptions opts = TensorOptions{}.with_dtype(DType::Float64);
+  Tensor w = randn({3, 4}, gen, opts).requires_grad_(true);
+  Tensor w_ref = w.detach().clone().requires_grad_(true);
+  Tensor x = randn({2, 5, 4}, gen, opts), c = randn({2, 5, 3}, gen, opts);
+  sum(mul(linear(x, w_ref, Tensor(), Activation::Gelu), c)).backward();
+  auto r = std::make_shared<Recorder>();
+  set_linear_grad_provider(w, r);
+  sum(mul(linear(x, w, Tensor(), Activation::Gelu), c)).backward();
+  set_linear_grad_provider(w, nullptr);
+  ASSERT_EQ(r->inputs.size(), 1u);
+  ASSERT_EQ(r->output_grads.size(), 1u);
+  EXPECT_EQ(r->inputs[0].shape(), (Shape{10, 4}));
+  EXPECT_EQ(r->output_grads[0].shape(), (Shape{10, 3}));
+  EXPECT_LE(max_relative(matmul(r->output_grads[0], r->inputs[0], true, false), w_ref.grad()), 1e-12);
+}
+
 }  // namespace
 }  // namespace dpt
