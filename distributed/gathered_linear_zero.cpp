@@ -16,16 +16,16 @@
 namespace dpt::dist {
 
 struct GatheredLinearZero::Layer {
-  std::string name;                // the Linear's path in the model ("0", "block.fc", ...)
-  Tensor weight, bias;             // DDP's (compute) parameters; bias may be undefined
+  std::string name;     // the Linear's path in the model ("0", "block.fc", ...)
+  Tensor weight, bias;  // DDP's (compute) parameters; bias may be undefined
   int64_t out = 0, in = 0;
   int64_t row0 = 0, rows = 0;      // this rank's rows of weight
   Tensor x_all, dpre_all;          // [world * m, in], [world * m, out]: every rank's rows, rank order
   Tensor dpre_mine;                // [world * m, rows]: the columns of dpre_all this rank's rows need
   std::shared_ptr<Work> x_gather;  // this step's, from forward
   std::shared_ptr<Work> dpre_gather;
-  Tensor grad_w, grad_b;           // [rows, in]: the averaged gradient of this rank's rows; [out]: of the bias
-  std::vector<Tensor> pieces;      // the optimizer's parameters for those rows
+  Tensor grad_w, grad_b;       // [rows, in]: the averaged gradient of this rank's rows; [out]: of the bias
+  std::vector<Tensor> pieces;  // the optimizer's parameters for those rows
 };
 
 // The stream the gradients and updates run on (CUDA), beside backward on the compute stream. (The
@@ -66,9 +66,7 @@ void collect_linears(const std::shared_ptr<nn::Module>& m, const std::string& pa
     collect_linears(child, path.empty() ? name : path + "." + name, out);
 }
 
-std::string param_name(const std::string& path, const char* leaf) {
-  return path.empty() ? leaf : path + "." + leaf;
-}
+std::string param_name(const std::string& path, const char* leaf) { return path.empty() ? leaf : path + "." + leaf; }
 
 }  // namespace
 
@@ -139,11 +137,12 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     layers_.push_back(std::move(layer));
   }
   for (const auto& [name, p] : ddp.parameters())
-    DPT_CHECK(covered.count(name), "GatheredLinearZero: parameter '{}' is not a Linear's weight or bias; every "
-              "parameter must be (use ZeroOptimizer for other models)", name);
-  for (const auto& [name, entry] : target_of)
-    DPT_CHECK(covered.count(name), "GatheredLinearZero: optimizer parameter '{}' is not one of DDP's parameters",
+    DPT_CHECK(covered.count(name),
+              "GatheredLinearZero: parameter '{}' is not a Linear's weight or bias; every "
+              "parameter must be (use ZeroOptimizer for other models)",
               name);
+  for (const auto& [name, entry] : target_of)
+    DPT_CHECK(covered.count(name), "GatheredLinearZero: optimizer parameter '{}' is not one of DDP's parameters", name);
   DPT_CHECK(twins.empty() || twins.size() == n_pieces,
             "GatheredLinearZero: either every parameter has a float32 master or none does ({} of {} have one)",
             twins.size(), n_pieces);
@@ -178,8 +177,10 @@ GatheredLinearZero::~GatheredLinearZero() {
 void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
   NoGradGuard no_grad;
   Layer& layer = layers_[l];
-  DPT_CHECK(!layer.x_gather, "GatheredLinearZero: Linear '{}' ran forward twice before a backward (each forward "
-            "must be followed by its backward, and each Linear used once per forward)", layer.name);
+  DPT_CHECK(!layer.x_gather,
+            "GatheredLinearZero: Linear '{}' ran forward twice before a backward (each forward "
+            "must be followed by its backward, and each Linear used once per forward)",
+            layer.name);
   const int64_t rows_all = group_->size() * x.size(0);
   if (!layer.x_all.defined() || layer.x_all.size(0) != rows_all || layer.x_all.dtype() != x.dtype()) {
     layer.x_all = Tensor::empty({rows_all, layer.in}, x.options());
@@ -271,8 +272,10 @@ void GatheredLinearZero::finish_backward() {
   for (auto& w : param_gathers_) w->wait();
   param_gathers_.clear();
   for (const auto& layer : layers_)
-    DPT_CHECK(!layer.x_gather, "GatheredLinearZero: Linear '{}' ran forward but received no gradient in this "
-              "backward (every Linear must take part in the loss)", layer.name);
+    DPT_CHECK(!layer.x_gather,
+              "GatheredLinearZero: Linear '{}' ran forward but received no gradient in this "
+              "backward (every Linear must take part in the loss)",
+              layer.name);
 }
 
 }  // namespace dpt::dist

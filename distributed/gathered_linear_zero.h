@@ -25,9 +25,9 @@
 // end of backward: after loss.backward() the step is done, as with ZeroOptimizer.
 //
 // Each weight element is updated by exactly one rank, each bias element by every rank alike, from the
-// averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums. Limits: every parameter DDP holds must be a
-// Linear's weight or bias, out_features divisible by the world size, each Linear used once per forward
-// and every forward followed by its backward (x is gathered in forward); no no_sync accumulation, no
+// averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums. Limits: every
+// parameter DDP holds must be a Linear's weight or bias, out_features divisible by the world size, each Linear used
+// once per forward and every forward followed by its backward (x is gathered in forward); no no_sync accumulation, no
 // gradient clipping; float32 masters of mixed precision stay whole on every rank (only their rows that
 // this rank owns are updated there). The step can be captured in a CUDA graph after an eager step
 // (count the inner AdamW's steps on the device). Works on Gloo (CPU) and NCCL.
@@ -67,14 +67,14 @@ class GatheredLinearZero {
   void form_gradients(Layer& layer);
   void finish_backward();
 
-  std::shared_ptr<ProcessGroup> group_;         // x and dpre all-gathers (DDP's group)
-  std::shared_ptr<ProcessGroup> param_group_;   // parameter all-gathers: same ranks, own communicator
+  std::shared_ptr<ProcessGroup> group_;        // x and dpre all-gathers (DDP's group)
+  std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
   std::vector<Layer> layers_;
   std::unique_ptr<optim::Optimizer> inner_;
   std::unique_ptr<Streams> streams_;
   std::vector<std::shared_ptr<Work>> param_gathers_;
   std::vector<std::shared_ptr<void>> providers_;  // registered on the weights (core/linear_grad_provider.h)
-  int64_t pending_ = -1;   // the layer whose update waits until backward has read its weight
+  int64_t pending_ = -1;                          // the layer whose update waits until backward has read its weight
   bool in_backward_ = false;
   int64_t sharded_elements_ = 0;
   uint64_t callback_id_ = 0;

@@ -4,6 +4,8 @@
 // that on CUDA the second layer's backward absorbs the first's activation (LinearPairBackward) and both
 // providers are reached from inside that one node. CPU in float64 (the composed path and its tap), CUDA
 // in float32 (the fused path), each against the same network without providers.
+#include "core/linear_grad_provider.h"
+
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -13,7 +15,6 @@
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
-#include "core/linear_grad_provider.h"
 #include "core/ops.h"
 #include "max_relative.h"
 
@@ -67,7 +68,8 @@ void check_provided_gradients(const TensorOptions& opts, double tol) {
   EXPECT_FALSE(provided.b2.grad().defined());
   EXPECT_LE(max_relative(r1->inputs[0], x), 0.0);
   EXPECT_LE(max_relative(x_in.grad(), x_ref.grad()), tol);
-  for (auto [r, w, b] : {std::make_tuple(r1, reference.w1, reference.b1), std::make_tuple(r2, reference.w2, reference.b2)}) {
+  for (auto [r, w, b] :
+       {std::make_tuple(r1, reference.w1, reference.b1), std::make_tuple(r2, reference.w2, reference.b2)}) {
     Tensor dw = matmul(r->output_grads[0], r->inputs[0], true, false);
     Tensor db = sum(r->output_grads[0], 0);
     EXPECT_LE(max_relative(dw, w.grad()), tol);

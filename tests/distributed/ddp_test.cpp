@@ -125,6 +125,9 @@ TEST(DdpParityCpu, GatheredGradientsBf16Twins) { expect_passes(2, "mlp gatheredb
 TEST(DdpParityCpu, GatheredGradientsNeedOnlyLinears) {
   expect_fails_with(2, "gpt gathered cpu", "is not a Linear's weight or bias");
 }
+TEST(DdpParityCpu, GatheredGradientsRefuseASecondForwardBeforeBackward) {
+  expect_fails_with(2, "mlp gatheredtwice cpu", "Linear '0' ran forward twice before a backward");
+}
 TEST(DdpParityCpu, GatheredGradientsNeedDivisibleRows) {
   expect_fails_with(3, "mlp gathered cpu", "not divisible by the world size 3");
 }

@@ -4,7 +4,7 @@
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
 //          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
-//          | gatheredgraph
+//          | gatheredgraph | gatheredtwice
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -298,6 +298,20 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
   return true;
 }
 
+// Misuse of GatheredLinearZero: a second forward before the backward (the first one's inputs are already
+// on their way to the other ranks) is an error on every rank naming the layer, not a hang or a wrong step.
+bool run_gathered_twice(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  auto replica = make_model(s);
+  auto opt = make_optimizer(*replica);
+  dist::DistributedDataParallel ddp(replica, pg);
+  dist::GatheredLinearZero gathered(ddp, opt->param_groups(), make_adamw);
+  Tensor x = global_batch(s, 0).first.slice(s.rank * kPerRankBatch, (s.rank + 1) * kPerRankBatch);
+  replica->forward(x);
+  replica->forward(x);  // throws
+  std::fprintf(stderr, "rank %d: a second forward before backward was accepted\n", s.rank);
+  return false;
+}
+
 // Tiny buckets, one bucket and the default layout must give the same parameters.
 bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   std::vector<std::shared_ptr<nn::Module>> models;
@@ -486,6 +500,8 @@ int main(int argc, char** argv) {
       ok = run_zero_bf16(s, pg, o, Stepping::kGathered);
     } else if (mode == "gatheredgraph") {
       ok = run_graph(s, pg, o, Stepping::kGathered);
+    } else if (mode == "gatheredtwice") {
+      ok = run_gathered_twice(s, pg);
     } else if (mode == "exchange") {
       ok = run_exchange(s, pg);
     } else {
