@@ -342,8 +342,9 @@ int run_train_bench(int argc, char** argv) {
 
   // 6. With DDP on CUDA, one more step with per-bucket events: how much communication backward hid.
   // It runs eagerly also after --cuda-graph: the events must be recorded by the host, step by step.
+  // --gathered-grads leaves DDP's buckets idle: there is nothing for those events to time (0 reported).
   double comm_ms = 0, exposed_ms = 0;
-  if (ddp && device.is_cuda()) {
+  if (ddp && device.is_cuda() && !gathered) {
     ddp->set_record_timing(true);
     step();
     auto timings = ddp->last_timings();
@@ -380,7 +381,10 @@ int run_train_bench(int argc, char** argv) {
     if (held_ms > 0)
       std::printf("dpt-bench train: GPU time of a step with the host ahead %.3f ms: %.3f ms of the step waited for "
                   "launches\n", held_ms, median * 1e3 - held_ms);
-    if (ddp && device.is_cuda()) {
+    if (gathered) {
+      std::printf("dpt-bench train: Linear gradients formed from all-gathered inputs and output gradients "
+                  "(GatheredLinearZero); its communication is not timed (comm 0 in the JSON line)\n");
+    } else if (ddp && device.is_cuda()) {
       std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name());
       std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward (%.1f%% hidden)%s\n",
                   comm_ms, exposed_ms, comm_ms > 0 ? 100.0 * (1.0 - exposed_ms / comm_ms) : 100.0,
