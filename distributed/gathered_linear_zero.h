@@ -25,12 +25,14 @@
 // end of backward: after loss.backward() the step is done, as with ZeroOptimizer.
 //
 // Each weight element is updated by exactly one rank, each bias element by every rank alike, from the
-// averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums. Limits: every
-// parameter DDP holds must be a Linear's weight or bias, out_features divisible by the world size, each Linear used
-// once per forward and every forward followed by its backward (x is gathered in forward); no no_sync accumulation, no
-// gradient clipping; float32 masters of mixed precision stay whole on every rank (only their rows that
-// this rank owns are updated there). The step can be captured in a CUDA graph after an eager step
-// (count the inner AdamW's steps on the device). Works on Gloo (CPU) and NCCL.
+// averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums.
+// Limits: every parameter DDP holds must be a Linear's weight or bias; out_features divisible by the
+// world size; each Linear used once per forward and every forward followed by its backward (x is
+// gathered in forward; evaluate under NoGradGuard); the model on its device and in its compute dtype
+// before construction (weights are found by their storage, core/linear_grad_provider.h); no no_sync
+// accumulation, no gradient clipping; float32 masters of mixed precision stay whole on every rank (only
+// the rows this rank owns are updated there). The step can be captured in a CUDA graph after an eager
+// step (count the inner AdamW's steps on the device). Works on Gloo (CPU) and NCCL.
 #include <functional>
 #include <memory>
 #include <string>
