@@ -1,5 +1,6 @@
 #include "distributed/gathered_linear_zero.h"
 
+#include <algorithm>
 #include <set>
 #include <unordered_map>
 #include <utility>
@@ -35,6 +36,24 @@ struct GatheredLinearZero::Streams {
   cudaStream_t update = nullptr;
   explicit Streams(int device) : update(cuda::create_stream(device)) {}
   ~Streams() { cuda::destroy_stream(update); }
+#endif
+};
+
+// Events of one timed step: a start mark (the first forward input), each collective's launch (on the
+// stream it is ordered after) and end (on a probe stream that waits for it alone), and the end of
+// backward's compute and the updates.
+struct GatheredLinearZero::TimingState {
+#ifdef DPT_HAVE_CUDA
+  struct Op {
+    int communicator;
+    cuda::CudaEvent launch, end;
+  };
+  cuda::CudaEvent start;
+  std::unique_ptr<cuda::CudaEvent> compute_end;
+  std::vector<Op> ops;
+  cudaStream_t probe = nullptr;
+  explicit TimingState(int device) : start(true, device), probe(cuda::create_stream(device)) {}
+  ~TimingState() { cuda::destroy_stream(probe); }
 #endif
 };
 
@@ -187,7 +206,13 @@ void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
     layer.dpre_all = Tensor::empty({rows_all, layer.out}, x.options());
     layer.dpre_mine = Tensor::empty({rows_all, layer.rows}, x.options());
   }
-  layer.x_gather = group_->allgather(layer.x_all, x);
+#ifdef DPT_HAVE_CUDA
+  if (record_timing_ && streams_ && !timing_) {
+    timing_ = std::make_unique<TimingState>(layer.weight.device().index);
+    timing_->start.record();
+  }
+#endif
+  layer.x_gather = collective(0, [&] { return group_->allgather(layer.x_all, x); });
 }
 
 // Backward: the output gradient goes to every rank at once; the update that uses it is queued at the
@@ -203,7 +228,7 @@ void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
     in_backward_ = true;
     inner_->begin_step();
   }
-  layer.dpre_gather = group_->allgather(layer.dpre_all, dpre);
+  layer.dpre_gather = collective(0, [&] { return group_->allgather(layer.dpre_all, dpre); });
   if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
   pending_ = static_cast<int64_t>(l);
 }
@@ -251,7 +276,8 @@ void GatheredLinearZero::launch_update(size_t l) {
   form_gradients(layer);
   inner_->update(layer.pieces);
   Tensor w = layer.weight.detach();
-  param_gathers_.push_back(param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows)));
+  param_gathers_.push_back(
+      collective(1, [&] { return param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows)); }));
 }
 
 // The compute stream (CUDA) or the host (Gloo) waits for the last updates and every parameter gather:
@@ -267,15 +293,69 @@ void GatheredLinearZero::finish_backward() {
     cuda::CudaEvent updates_done(false, layers_.front().weight.device().index);
     updates_done.record(streams_->update);
     updates_done.wait();
+    if (timing_) {
+      timing_->compute_end = std::make_unique<cuda::CudaEvent>(true, layers_.front().weight.device().index);
+      timing_->compute_end->record();
+    }
   }
 #endif
   for (auto& w : param_gathers_) w->wait();
   param_gathers_.clear();
+  if (timing_) finished_timing_ = std::move(timing_);
   for (const auto& layer : layers_)
     DPT_CHECK(!layer.x_gather,
               "GatheredLinearZero: Linear '{}' ran forward but received no gradient in this "
               "backward (every Linear must take part in the loss)",
               layer.name);
+}
+
+std::shared_ptr<Work> GatheredLinearZero::collective(int communicator,
+                                                     const std::function<std::shared_ptr<Work>()>& issue) {
+#ifdef DPT_HAVE_CUDA
+  if (timing_) {
+    const int device = layers_.front().weight.device().index;
+    TimingState::Op op{communicator, cuda::CudaEvent(true, device), cuda::CudaEvent(true, device)};
+    op.launch.record();  // the current stream: what the collective is ordered after
+    std::shared_ptr<Work> work = issue();
+    {
+      cuda::StreamGuard on_probe(timing_->probe, device);
+      work->wait();
+      op.end.record(timing_->probe);
+    }
+    timing_->ops.push_back(std::move(op));
+    return work;
+  }
+#endif
+  (void)communicator;
+  return issue();
+}
+
+// Each communicator runs one collective at a time in issue order, so an op starts at its launch or at
+// its predecessor's end, whichever is later; the busy spans of both are merged into one timeline.
+GatheredLinearZero::Timing GatheredLinearZero::last_timing() {
+  Timing t;
+#ifdef DPT_HAVE_CUDA
+  if (!finished_timing_ || !finished_timing_->compute_end) return t;
+  TimingState& s = *finished_timing_;
+  s.compute_end->synchronize();
+  std::vector<std::pair<float, float>> spans;
+  float busy_until[2] = {0, 0};
+  for (auto& op : s.ops) {
+    op.end.synchronize();
+    const float begin = std::max(s.start.elapsed_ms(op.launch), busy_until[op.communicator]);
+    const float end = s.start.elapsed_ms(op.end);
+    busy_until[op.communicator] = end;
+    if (end > begin) spans.emplace_back(begin, end);
+  }
+  std::sort(spans.begin(), spans.end());
+  float covered_until = 0;
+  for (const auto& [begin, end] : spans) {
+    t.comm_ms += std::max(0.0f, end - std::max(begin, covered_until));
+    covered_until = std::max(covered_until, end);
+  }
+  t.exposed_ms = std::max(0.0f, covered_until - s.start.elapsed_ms(*s.compute_end));
+#endif
+  return t;
 }
 
 }  // namespace dpt::dist

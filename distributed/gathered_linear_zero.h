@@ -62,9 +62,22 @@ class GatheredLinearZero {
   void on_input(size_t layer, const Tensor& x);
   void on_output_grad(size_t layer, const Tensor& dpre);
 
+  // Opt-in CUDA event timing of the following steps (forward and backward), for benchmarks: each
+  // collective from the moment its stream lets it start to its end (seen from a probe stream), and the
+  // moment backward's compute and the updates have both finished. Not inside CUDA graph capture.
+  struct Timing {
+    float comm_ms = 0;     // time during which any of the step's collectives was running
+    float exposed_ms = 0;  // of it, after backward's compute and the updates had finished
+  };
+  void set_record_timing(bool on) { record_timing_ = on; }
+  Timing last_timing();  // of the last finished step; host-synchronises
+
  private:
   struct Layer;
   struct Streams;
+  struct TimingState;
+  // Issues one collective; with timing on, brackets it with events (see set_record_timing).
+  std::shared_ptr<Work> collective(int communicator, const std::function<std::shared_ptr<Work>()>& issue);
   void launch_update(size_t layer);
   void form_gradients(Layer& layer);
   void finish_backward();
@@ -74,6 +87,8 @@ class GatheredLinearZero {
   std::vector<Layer> layers_;
   std::unique_ptr<optim::Optimizer> inner_;
   std::unique_ptr<Streams> streams_;
+  bool record_timing_ = false;
+  std::unique_ptr<TimingState> timing_, finished_timing_;
   std::vector<std::shared_ptr<Work>> param_gathers_;
   std::vector<std::shared_ptr<void>> providers_;  // registered on the weights (core/linear_grad_provider.h)
   int64_t pending_ = -1;                          // the layer whose update waits until backward has read its weight

@@ -342,9 +342,17 @@ int run_train_bench(int argc, char** argv) {
 
   // 6. With DDP on CUDA, one more step with per-bucket events: how much communication backward hid.
   // It runs eagerly also after --cuda-graph: the events must be recorded by the host, step by step.
-  // --gathered-grads leaves DDP's buckets idle: there is nothing for those events to time (0 reported).
+  // --gathered-grads leaves DDP's buckets idle; GatheredLinearZero times its own collectives (exposed:
+  // communication still running once backward's compute and the updates have finished).
   double comm_ms = 0, exposed_ms = 0;
-  if (ddp && device.is_cuda() && !gathered) {
+  if (gathered && device.is_cuda()) {
+    gathered->set_record_timing(true);
+    step();
+    const dist::GatheredLinearZero::Timing t = gathered->last_timing();
+    comm_ms = t.comm_ms;
+    exposed_ms = t.exposed_ms;
+    gathered->set_record_timing(false);
+  } else if (ddp && device.is_cuda()) {
     ddp->set_record_timing(true);
     step();
     auto timings = ddp->last_timings();
@@ -383,12 +391,16 @@ int run_train_bench(int argc, char** argv) {
                   "launches\n", held_ms, median * 1e3 - held_ms);
     if (gathered) {
       std::printf("dpt-bench train: Linear gradients formed from all-gathered inputs and output gradients "
-                  "(GatheredLinearZero); its communication is not timed (comm 0 in the JSON line)\n");
+                  "(GatheredLinearZero)\n");
     } else if (ddp && device.is_cuda()) {
       std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name());
-      std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward (%.1f%% hidden)%s\n",
-                  comm_ms, exposed_ms, comm_ms > 0 ? 100.0 * (1.0 - exposed_ms / comm_ms) : 100.0,
-                  graph ? " in one eager step (events cannot time a replay's buckets)" : "");
+    }
+    if (ddp && device.is_cuda()) {
+      std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward%s (%.1f%% "
+                  "hidden)%s\n",
+                  comm_ms, exposed_ms, gathered ? " and the updates" : "",
+                  comm_ms > 0 ? 100.0 * (1.0 - exposed_ms / comm_ms) : 100.0,
+                  graph ? " in one eager step (events cannot time a replay's collectives)" : "");
     }
   }
   return 0;
