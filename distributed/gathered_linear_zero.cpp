@@ -1,14 +1,13 @@
 #include "distributed/gathered_linear_zero.h"
 
 #include <algorithm>
-#include <set>
-#include <unordered_map>
 #include <utility>
 
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/linear_grad_provider.h"
+#include "distributed/shard_pieces.h"
 #include "layers/linear.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/stream.h"
@@ -59,10 +58,6 @@ struct GatheredLinearZero::TimingState {
 
 namespace {
 
-Tensor flat_range(const Tensor& t, int64_t begin, int64_t end) {
-  return make_view(t, {end - begin}, {1}, t.impl()->offset + begin);
-}
-
 class Provider : public LinearGradProvider {
  public:
   Provider(std::shared_ptr<GatheredLinearZero*> owner, size_t layer) : owner_(std::move(owner)), layer_(layer) {}
@@ -95,43 +90,9 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   NoGradGuard no_grad;
   DPT_CHECK(ddp.module() != nullptr, "GatheredLinearZero: DDP must wrap a module (its Linear layers are sharded)");
   const int64_t world = group_->size(), rank = group_->rank();
-  std::unordered_map<std::string, std::pair<size_t, Tensor>> target_of;  // name -> (group, tensor to update)
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (const auto& [name, t] : groups[g].params) target_of.emplace(name, std::make_pair(g, t));
-
+  ShardPieces shard("GatheredLinearZero", groups);
   std::vector<std::pair<std::string, nn::Linear*>> linears;
   collect_linears(ddp.module(), "", linears);
-  std::set<std::string> covered;
-  std::vector<optim::ParamGroup> piece_groups;
-  for (const auto& g : groups) piece_groups.push_back({{}, g.weight_decay, g.lr_scale});
-  NamedTensors twins;
-  size_t n_pieces = 0;
-  // One optimizer piece: elements [begin, end) of `param`, its gradient `grad`.
-  auto add_piece = [&](Layer& layer, const std::string& name, const Tensor& param, int64_t begin, int64_t end,
-                       const Tensor& grad) {
-    auto it = target_of.find(name);
-    DPT_CHECK(it != target_of.end(), "GatheredLinearZero: parameter '{}' is in none of the optimizer's groups", name);
-    const Tensor& target = it->second.second;
-    DPT_CHECK(target.numel() == param.numel() && target.is_contiguous() && target.device() == param.device(),
-              "GatheredLinearZero: '{}' to update is {} on {}, expected a contiguous tensor like {} on {}", name,
-              shape_str(target.shape()), target.device().str(), shape_str(param.shape()), param.device().str());
-    const std::string piece_name = fmt::format("{}[{}:{}]", name, begin, end);
-    Tensor piece = flat_range(target, begin, end);
-    piece.requires_grad_(true);
-    Tensor flat_grad = grad.reshape({end - begin});
-    if (target.same(param)) {
-      piece.set_grad(flat_grad);
-    } else {  // mixed precision: DDP's parameter is the compute twin of the float32 master
-      Tensor twin = flat_range(param, begin, end);
-      twin.set_grad(flat_grad);
-      twins.emplace_back(piece_name, twin);
-    }
-    piece_groups[it->second.first].params.emplace_back(piece_name, piece);
-    layer.pieces.push_back(piece);
-    covered.insert(name);
-    sharded_elements_ += end - begin;
-    ++n_pieces;
-  };
   for (const auto& [path, linear] : linears) {
     Layer layer;
     layer.name = path;
@@ -147,27 +108,22 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     layer.row0 = rank * layer.rows;
     const TensorOptions opts = layer.weight.options();
     layer.grad_w = Tensor::empty({layer.rows, layer.in}, opts);
-    add_piece(layer, param_name(path, "weight"), layer.weight, layer.row0 * layer.in,
-              (layer.row0 + layer.rows) * layer.in, layer.grad_w);
+    layer.pieces.push_back(shard.add(param_name(path, "weight"), layer.weight, layer.row0 * layer.in,
+                                     (layer.row0 + layer.rows) * layer.in,
+                                     layer.grad_w.reshape({layer.rows * layer.in})));
     if (layer.bias.defined()) {  // whole on every rank (see the header)
       layer.grad_b = Tensor::empty({layer.out}, layer.bias.options());
-      add_piece(layer, param_name(path, "bias"), layer.bias, 0, layer.out, layer.grad_b);
+      layer.pieces.push_back(shard.add(param_name(path, "bias"), layer.bias, 0, layer.out, layer.grad_b));
     }
     layers_.push_back(std::move(layer));
   }
   for (const auto& [name, p] : ddp.parameters())
-    DPT_CHECK(covered.count(name),
+    DPT_CHECK(shard.covers(name),
               "GatheredLinearZero: parameter '{}' is not a Linear's weight or bias; every "
               "parameter must be (use ZeroOptimizer for other models)",
               name);
-  for (const auto& [name, entry] : target_of)
-    DPT_CHECK(covered.count(name), "GatheredLinearZero: optimizer parameter '{}' is not one of DDP's parameters", name);
-  DPT_CHECK(twins.empty() || twins.size() == n_pieces,
-            "GatheredLinearZero: either every parameter has a float32 master or none does ({} of {} have one)",
-            twins.size(), n_pieces);
-  inner_ = make(std::move(piece_groups));
-  DPT_CHECK(inner_ != nullptr, "GatheredLinearZero: the optimizer factory returned nothing");
-  if (!twins.empty()) inner_->set_compute_twins(twins);
+  sharded_elements_ = shard.elements();
+  inner_ = shard.make_optimizer(make);
 
   std::vector<int> everyone(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;

@@ -39,13 +39,14 @@
 #include <vector>
 
 #include "distributed/ddp.h"
+#include "distributed/shard_pieces.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {
 
 class GatheredLinearZero {
  public:
-  using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+  using Factory = ShardPieces::Factory;  // distributed/shard_pieces.h
 
   // `groups`: the parameters to update (DDP's own when float32, or the float32 masters of mixed
   // precision under the same names), as for ZeroOptimizer. `ddp` has already checked that every rank

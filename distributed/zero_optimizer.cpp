@@ -1,38 +1,19 @@
 #include "distributed/zero_optimizer.h"
 
 #include <algorithm>
-#include <set>
-#include <string>
-#include <unordered_map>
-#include <utility>
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "distributed/shard_pieces.h"
 
 namespace dpt::dist {
-
-namespace {
-
-// A 1-D view of elements [begin, end) of contiguous `t`, outside autograd.
-Tensor flat_range(const Tensor& t, int64_t begin, int64_t end) {
-  return make_view(t, {end - begin}, {1}, t.impl()->offset + begin);
-}
-
-}  // namespace
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
                              const Factory& make)
     : ddp_(ddp) {
   NoGradGuard no_grad;
   ddp_.shard_buckets();
-  std::unordered_map<std::string, std::pair<size_t, Tensor>> target_of;  // name -> (group, updated tensor)
-  for (size_t g = 0; g < groups.size(); ++g)
-    for (const auto& [name, t] : groups[g].params) target_of.emplace(name, std::make_pair(g, t));
-
-  std::vector<optim::ParamGroup> piece_groups;
-  for (const auto& g : groups) piece_groups.push_back({{}, g.weight_decay, g.lr_scale});
-  NamedTensors twins;
-  std::set<std::string> covered;
+  ShardPieces shard("ZeroOptimizer", groups);
   const NamedTensors& params = ddp_.parameters();
   const int64_t world = ddp_.process_group()->size();
   const int64_t rank = ddp_.process_group()->rank();
@@ -43,43 +24,17 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
     const int64_t mine_begin = rank * block, mine_end = mine_begin + block;
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const auto& [name, p] = params[bucket.params[j]];
-      auto it = target_of.find(name);
-      DPT_CHECK(it != target_of.end(), "ZeroOptimizer: DDP parameter '{}' is in none of the optimizer's groups", name);
-      const Tensor& target = it->second.second;
-      DPT_CHECK(target.numel() == p.numel() && target.is_contiguous() && target.device() == p.device(),
-                "ZeroOptimizer: '{}' to update is {} on {}, expected a contiguous tensor like DDP's {} on {}", name,
-                shape_str(target.shape()), target.device().str(), shape_str(p.shape()), p.device().str());
-      covered.insert(name);
+      shard.cover(name, p);
       // The part of this parameter inside this rank's block, in parameter and in bucket coordinates.
       const int64_t offset = bucket.offsets[j];
       const int64_t lo = std::max(offset, mine_begin), hi = std::min(offset + p.numel(), mine_end);
       if (lo >= hi) continue;
-      const std::string piece_name = fmt::format("{}[{}:{}]", name, lo - offset, hi - offset);
-      Tensor piece = flat_range(target, lo - offset, hi - offset);
-      piece.requires_grad_(true);
-      Tensor grad = flat_range(bucket.buffer, lo, hi);  // the reduce-scattered average lands here
-      if (target.same(p)) {
-        piece.set_grad(grad);
-      } else {  // mixed precision: DDP's parameter is the compute twin of the float32 master
-        Tensor twin = flat_range(p, lo - offset, hi - offset);
-        twin.set_grad(grad);
-        twins.emplace_back(piece_name, twin);
-      }
-      piece_groups[it->second.first].params.emplace_back(piece_name, piece);
-      pieces_[b].push_back(piece);
-      sharded_elements_ += hi - lo;
+      // The reduce-scattered average lands in the bucket's range.
+      pieces_[b].push_back(shard.add(name, p, lo - offset, hi - offset, flat_range(bucket.buffer, lo, hi)));
     }
   }
-  for (const auto& [name, entry] : target_of)
-    DPT_CHECK(covered.count(name), "ZeroOptimizer: optimizer parameter '{}' is not one of DDP's parameters", name);
-  size_t n_pieces = 0;
-  for (const auto& g : piece_groups) n_pieces += g.params.size();
-  DPT_CHECK(twins.empty() || twins.size() == n_pieces,
-            "ZeroOptimizer: either every parameter has a float32 master or none does ({} of {} have one)",
-            twins.size(), n_pieces);
-  inner_ = make(std::move(piece_groups));
-  DPT_CHECK(inner_ != nullptr, "ZeroOptimizer: the optimizer factory returned nothing");
-  if (!twins.empty()) inner_->set_compute_twins(twins);
+  sharded_elements_ = shard.elements();
+  inner_ = shard.make_optimizer(make);
   ddp_.set_bucket_reduced_hook([this](size_t bucket, const std::vector<Tensor>&) { on_bucket_reduced(bucket); });
 }
 

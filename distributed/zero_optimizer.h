@@ -29,15 +29,15 @@
 #include <vector>
 
 #include "distributed/ddp.h"
+#include "distributed/shard_pieces.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {
 
 class ZeroOptimizer {
  public:
-  // Builds the inner optimizer over this rank's pieces, e.g.
-  //   [&](std::vector<optim::ParamGroup> g) { return std::make_unique<optim::AdamW>(std::move(g), adam); }
-  using Factory = std::function<std::unique_ptr<optim::Optimizer>(std::vector<optim::ParamGroup>)>;
+  // Builds the inner optimizer over this rank's pieces (distributed/shard_pieces.h).
+  using Factory = ShardPieces::Factory;
 
   // `groups`: the parameters the optimizer updates, with their weight decay and lr scale — DDP's
   // parameters themselves when they are float32, or the float32 masters of mixed precision
