@@ -373,7 +373,7 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
     timing_->buckets.emplace_back(index, std::make_pair(std::move(*launch_event), std::move(end_event)));
   }
 #endif
-  if (bucket_hook_ && hook_timing_ == HookTiming::WhenReduced && bucket.buffer.device().is_cuda() && !sharded_) {
+  if (bucket_hook_ && hook_timing_ == HookTiming::WhenReduced && bucket.buffer.device().is_cuda()) {
     run_hook_when_reduced(index, bucket);
   }
 }
@@ -388,8 +388,9 @@ std::vector<Tensor> DistributedDataParallel::bucket_params(const GradBucket& buc
 // compute stream joins the update stream in finish_backward, before anything reads the parameters.
 void DistributedDataParallel::run_hook_when_reduced(size_t index, GradBucket& bucket) {
 #ifdef DPT_HAVE_CUDA
-  if (!update_stream_) update_stream_ = std::make_unique<UpdateStream>(bucket.buffer.device().index);
-  cuda::StreamGuard on_updates(update_stream_->stream);
+  const int device = bucket.buffer.device().index;
+  if (!update_stream_) update_stream_ = std::make_unique<UpdateStream>(device);
+  cuda::StreamGuard on_updates(update_stream_->stream, device);  // the form allowed during graph capture
   bucket.work->wait();
   if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
   bucket_hook_(index, bucket_params(bucket));

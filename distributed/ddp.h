@@ -94,7 +94,7 @@ class DistributedDataParallel {
   // index and parameters. Work queued here on the compute stream overlaps the AllReduces of the buckets
   // after it: optim::step_in_backward (distributed/overlapped_optimizer.h) runs the optimizer this way.
   using BucketHook = std::function<void(size_t bucket, const std::vector<Tensor>& params)>;
-  // When the hook runs. AtBackwardEnd: as described above. WhenReduced (CUDA buckets, not sharded): the
+  // When the hook runs. AtBackwardEnd: as described above. WhenReduced (CUDA buckets): the
   // moment a bucket's AllReduce is launched, the hook is called with a side stream (the update stream)
   // current, after that stream has waited for the AllReduce; so its work runs while backward is still
   // computing earlier layers. The compute stream waits for the update stream at the end of backward.

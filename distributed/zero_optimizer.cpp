@@ -9,8 +9,8 @@
 namespace dpt::dist {
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
-                             const Factory& make)
-    : ddp_(ddp) {
+                             const Factory& make, DistributedDataParallel::HookTiming timing)
+    : ddp_(ddp), gather_group_(ddp.process_group()) {
   NoGradGuard no_grad;
   ddp_.shard_buckets();
   ShardPieces shard("ZeroOptimizer", groups);
@@ -35,24 +35,36 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
   }
   sharded_elements_ = shard.elements();
   inner_ = shard.make_optimizer(make);
-  ddp_.set_bucket_reduced_hook([this](size_t bucket, const std::vector<Tensor>&) { on_bucket_reduced(bucket); });
+  if (timing == DistributedDataParallel::HookTiming::WhenReduced) {
+    // The all-gathers queue behind updates; on the reduce-scatters' communicator they would hold back the
+    // reduce-scatters of the buckets backward finishes meanwhile.
+    std::vector<int> everyone(static_cast<size_t>(world));
+    for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;
+    gather_group_ = ddp_.process_group()->new_group(everyone);
+  }
+  ddp_.set_bucket_reduced_hook([this](size_t bucket, const std::vector<Tensor>&) { on_bucket_reduced(bucket); },
+                               timing);
 }
 
 ZeroOptimizer::~ZeroOptimizer() { ddp_.set_bucket_reduced_hook(nullptr); }
 
-// Runs at the end of backward once the compute stream waits for bucket b's reduce-scatter (ddp.h).
+// Runs once the current stream waits for bucket b's reduce-scatter (ddp.h): the compute stream at the end
+// of backward, or DDP's update stream when the reduce-scatter is launched (WhenReduced). Nothing here
+// allocates: on the update stream inside CUDA graph capture that would break the graph allocator's
+// single-stream order (core/cuda/graph_memory.h).
 void ZeroOptimizer::on_bucket_reduced(size_t b) {
   NoGradGuard no_grad;
   if (b == 0) inner_->begin_step();
   inner_->update(pieces_[b]);
   const GradBucket& bucket = ddp_.bucket(b);
-  const auto& group = ddp_.process_group();
-  const int64_t block = bucket.param_buffer.numel() / group->size();
-  const int64_t mine = group->rank() * block;
-  // Queued after update(b) on the compute stream (the process group orders its stream after ours).
-  gathers_.push_back(group->allgather(bucket.param_buffer, bucket.param_buffer.slice(mine, mine + block)));
+  const int64_t block = bucket.param_buffer.numel() / gather_group_->size();
+  const int64_t mine = gather_group_->rank() * block;
+  // Queued after update(b) on the current stream (the process group orders its stream after ours).
+  gathers_.push_back(gather_group_->allgather(bucket.param_buffer, bucket.param_buffer.slice(mine, mine + block)));
   if (b + 1 == ddp_.num_buckets()) {
-    for (auto& w : gathers_) w->wait();  // CUDA: the compute stream waits; Gloo: the host does
+    // CUDA: the current stream waits (the update stream, which the compute stream joins at the end of
+    // backward); Gloo: the host does.
+    for (auto& w : gathers_) w->wait();
     gathers_.clear();
   }
 }

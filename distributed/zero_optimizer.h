@@ -14,7 +14,17 @@
 // AG b: all-gather of bucket b's flat parameter buffer (the compute parameters, bf16 under mixed
 //   precision), ordered after update(b) by the process group's stream event; it overlaps update(b+1..).
 // The compute stream waits for every AG after the last bucket's update, before anything reads the
-// parameters again. Each element is updated by exactly one rank from the averaged gradient, so the
+// parameters again.
+//
+// With HookTiming::WhenReduced (CUDA) update(b) runs on DDP's update stream as soon as RS b has been
+// launched (the stream waits for it), and AG b on a second communicator, so both overlap the rest of
+// backward instead of following it; only the buckets that become final last are left for the end:
+//   compute stream:  ... backward of layers L..1 ........................... | wait(update stream)
+//   comm stream:          RS 0 ....... RS 1 ........ RS 2
+//   update stream:              update(0) .. update(1) .. update(2) wait(AG *)
+//   param stream:                      AG 0 ....... AG 1 ....... AG 2
+// Safe for the same reason as optim::step_in_backward: a bucket launches only once backward has queued
+// every kernel that reads its parameters. Each element is updated by exactly one rank from the averaged gradient, so the
 // parameters equal those of DDP + the full optimizer (AdamW is elementwise).
 //
 // Limits: no global gradient-norm clipping (it needs every gradient before any update); after a step
@@ -43,8 +53,10 @@ class ZeroOptimizer {
   // parameters themselves when they are float32, or the float32 masters of mixed precision
   // (optim::MixedPrecision::master_params(), same names as DDP's bf16 parameters, which then act as
   // compute twins). Shards `ddp`'s buckets (DistributedDataParallel::shard_buckets) and takes over its
-  // bucket hook: after this, `loss.backward()` performs the whole optimizer step.
-  ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make);
+  // bucket hook: after this, `loss.backward()` performs the whole optimizer step. `timing`: when the
+  // updates run (see above); on Gloo they always run at the end of backward.
+  ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make,
+                DistributedDataParallel::HookTiming timing = DistributedDataParallel::HookTiming::AtBackwardEnd);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -58,6 +70,7 @@ class ZeroOptimizer {
   DistributedDataParallel& ddp_;
   std::unique_ptr<optim::Optimizer> inner_;
   std::vector<std::vector<Tensor>> pieces_;  // [bucket] -> this rank's pieces (the optimizer's parameters)
+  std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under WhenReduced)
   std::vector<std::shared_ptr<Work>> gathers_;
   int64_t sharded_elements_ = 0;
 };

@@ -75,7 +75,7 @@ struct Args {
   double bucket_cap_mb = 25;
   std::string comm_dtype;  // empty: the gradients' dtype
   bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
-  bool updates_when_reduced = false;  // with --overlap-optimizer: updates on DDP's update stream during backward
+  bool updates_when_reduced = false;  // with --overlap-optimizer or --zero: updates on DDP's update stream during backward
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   bool gathered_grads = false;     // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
@@ -226,8 +226,10 @@ int run_train_bench(int argc, char** argv) {
       gathered = std::make_unique<dist::GatheredLinearZero>(*ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
                                                             make_shard);
     } else if (args.zero) {
-      zero = std::make_unique<dist::ZeroOptimizer>(*ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
-                                                   make_shard);
+      zero = std::make_unique<dist::ZeroOptimizer>(
+          *ddp, optim::weight_decay_groups(mp.master_params(), 0.1), make_shard,
+          args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced
+                                    : dist::DistributedDataParallel::HookTiming::AtBackwardEnd);
     } else if (args.overlap_optimizer) {
       dist::step_in_backward(*ddp, opt,
                              args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced

@@ -118,6 +118,7 @@ TEST(DdpParityCpu, ZeroShardedOptimizerTwoRanks) { expect_passes(2, "mlp zero cp
 TEST(DdpParityCpu, ZeroShardedOptimizerGptThreeRanks) { expect_passes(3, "gpt zero cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerTinyBucketsThreeRanks) { expect_passes(3, "mlp zerotiny cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerBf16Twins) { expect_passes(2, "mlp zerobf16 cpu"); }
+TEST(DdpParityCpu, ZeroUpdateStreamTimingFallsBackToBackwardEndOnCpu) { expect_passes(2, "gpt zerostream cpu"); }
 // ZeRO-1 whose Linear gradients are formed from every rank's gathered inputs and output gradients.
 TEST(DdpParityCpu, GatheredGradientsTwoRanks) { expect_passes(2, "mlp gathered cpu"); }
 TEST(DdpParityCpu, GatheredGradientsFourRanks) { expect_passes(4, "mlp gathered cpu"); }
@@ -153,6 +154,9 @@ TEST_F(DdpParityCuda, OverlappedOptimizerTwoGpus) { expect_passes(2, "gpt overla
 TEST_F(DdpParityCuda, Bf16CommTwoGpus) { expect_passes(2, "mlp bf16comm cuda"); }
 TEST_F(DdpParityCuda, ZeroTwoGpus) { expect_passes(2, "gpt zero cuda"); }
 TEST_F(DdpParityCuda, ZeroBf16TwinsTwoGpus) { expect_passes(2, "gpt zerobf16 cuda"); }
+// ZeRO-1 with each bucket's update and all-gather during backward, on the update stream.
+TEST_F(DdpParityCuda, ZeroUpdateStreamTwoGpus) { expect_passes(2, "gpt zerostream cuda"); }
+TEST_F(DdpParityCuda, ZeroUpdateStreamBf16TwinsTwoGpus) { expect_passes(2, "gpt zerostreambf16 cuda"); }
 // The cases above take the default exchange (NCCL); these pin each path, so both stay covered.
 TEST_F(DdpParityCuda, CopyEngineKnownAveragesTwoGpus) { expect_passes(2, "mlp exchange cuda"); }
 TEST_F(DdpParityCuda, CopyEngineTinyBucketsTwoGpus) { expect_passes(2, "mlp tiny cuda copy_engine"); }
@@ -168,6 +172,8 @@ TEST_F(DdpParityCuda, CudaGraphGptTwoGpus) { expect_passes(2, "gpt graph cuda nc
 // ZeRO-1 captured: reduce-scatters, the sharded update and the parameter all-gathers in one graph.
 TEST_F(DdpParityCuda, CudaGraphZeroMlpTwoGpus) { expect_passes(2, "mlp zerograph cuda nccl"); }
 TEST_F(DdpParityCuda, CudaGraphZeroGptTwoGpus) { expect_passes(2, "gpt zerograph cuda nccl"); }
+TEST_F(DdpParityCuda, CudaGraphZeroUpdateStreamGptTwoGpus) { expect_passes(2, "gpt zerostreamgraph cuda nccl"); }
+TEST_F(DdpParityCuda, CudaGraphZeroUpdateStreamMlpTwoGpus) { expect_passes(2, "mlp zerostreamgraph cuda nccl"); }
 // Gradients from gathered inputs: eager, bf16 twins, and captured with the update stream and both
 // communicators inside the graph.
 TEST_F(DdpParityCuda, GatheredGradientsTwoGpus) { expect_passes(2, "mlp gathered cuda"); }

@@ -4,7 +4,7 @@
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
 //          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
-//          | gatheredgraph | gatheredtwice
+//          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -147,8 +147,17 @@ bool compare(const nn::Module& got, const nn::Module& want, double tol, const st
 
 // How the replica's optimizer steps: after backward; inside backward bucket by bucket
 // (distributed/overlapped_optimizer.h); or sharded, ZeRO-1 (distributed/zero_optimizer.h), or ZeRO-1 with
-// the Linear gradients formed from gathered inputs (distributed/gathered_linear_zero.h).
-enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero, kGathered };
+// the Linear gradients formed from gathered inputs (distributed/gathered_linear_zero.h). kZeroWhenReduced:
+// ZeRO-1 with each bucket's update and all-gather during backward (the update stream, a second communicator).
+enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero, kZeroWhenReduced, kGathered };
+
+std::unique_ptr<dist::ZeroOptimizer> make_zero(dist::DistributedDataParallel& ddp,
+                                               const std::vector<optim::ParamGroup>& groups,
+                                               const dist::ZeroOptimizer::Factory& make, Stepping stepping) {
+  using Timing = dist::DistributedDataParallel::HookTiming;
+  return std::make_unique<dist::ZeroOptimizer>(
+      ddp, groups, make, stepping == Stepping::kZeroWhenReduced ? Timing::WhenReduced : Timing::AtBackwardEnd);
+}
 
 // One DDP replica next to the single-process reference, for kSteps steps.
 bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options, int micro_batches,
@@ -163,8 +172,8 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
   if (stepping == Stepping::kInBackwardWhenReduced) {
     dist::step_in_backward(ddp, *rep_opt, dist::DistributedDataParallel::HookTiming::WhenReduced);
   }
-  if (stepping == Stepping::kZero) {
-    zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), make_adamw);
+  if (stepping == Stepping::kZero || stepping == Stepping::kZeroWhenReduced) {
+    zero = make_zero(ddp, rep_opt->param_groups(), make_adamw, stepping);
     rep_opt.reset();
   }
   std::unique_ptr<dist::GatheredLinearZero> gathered;
@@ -218,8 +227,8 @@ bool run_graph(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDP
     adamw->count_steps_on_device();
     return adamw;
   };
-  if (stepping == Stepping::kZero) {
-    zero = std::make_unique<dist::ZeroOptimizer>(ddp, rep_opt->param_groups(), make_counting_adamw);
+  if (stepping == Stepping::kZero || stepping == Stepping::kZeroWhenReduced) {
+    zero = make_zero(ddp, rep_opt->param_groups(), make_counting_adamw, stepping);
     rep_opt.reset();
   } else if (stepping == Stepping::kGathered) {
     gathered = std::make_unique<dist::GatheredLinearZero>(ddp, rep_opt->param_groups(), make_counting_adamw);
@@ -282,7 +291,7 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
   if (stepping == Stepping::kGathered) {
     gathered = std::make_unique<dist::GatheredLinearZero>(ddp, std::vector<optim::ParamGroup>{all}, make_adamw);
   } else {
-    zero = std::make_unique<dist::ZeroOptimizer>(ddp, std::vector<optim::ParamGroup>{all}, make_adamw);
+    zero = make_zero(ddp, std::vector<optim::ParamGroup>{all}, make_adamw, stepping);
   }
   for (int step = 0; step < kSteps; ++step) {
     auto [x_global, y] = global_batch(s, step);
@@ -486,6 +495,11 @@ int main(int argc, char** argv) {
       ok = run_parity(s, pg, o, 1, 1e-6, "ZeRO-1, tiny buckets", Stepping::kZero);
     } else if (mode == "zerobf16") {
       ok = run_zero_bf16(s, pg, o);
+    } else if (mode == "zerostream") {
+      // Each bucket's update and all-gather during backward (CUDA; Gloo runs them at the end of backward).
+      ok = run_parity(s, pg, o, 2, 1e-6, "ZeRO-1, updates on the update stream", Stepping::kZeroWhenReduced);
+    } else if (mode == "zerostreambf16") {
+      ok = run_zero_bf16(s, pg, o, Stepping::kZeroWhenReduced);
     } else if (mode == "unused") {
       ok = run_unused(s, pg);
     } else if (mode == "mismatch") {
@@ -494,6 +508,8 @@ int main(int argc, char** argv) {
       ok = run_graph(s, pg, o);
     } else if (mode == "zerograph") {
       ok = run_graph(s, pg, o, Stepping::kZero);
+    } else if (mode == "zerostreamgraph") {
+      ok = run_graph(s, pg, o, Stepping::kZeroWhenReduced);
     } else if (mode == "gathered") {
       ok = run_parity(s, pg, o, 1, 1e-6, "ZeRO-1 with gathered-input gradients", Stepping::kGathered);
     } else if (mode == "gatheredbf16") {
