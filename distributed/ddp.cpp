@@ -54,6 +54,8 @@ std::vector<std::string> split_lines(const std::string& text) {
   return lines;
 }
 
+size_t cap_bytes(double mb) { return static_cast<size_t>(mb * 1024 * 1024); }
+
 NamedTensors trainable(const NamedTensors& params) {
   NamedTensors out;
   for (const auto& p : params) {
@@ -189,13 +191,17 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
   NoGradGuard no_grad;
   std::vector<Tensor> tensors;
   for (const auto& p : params_) tensors.push_back(p.second);
-  auto mb = [](double v) { return static_cast<size_t>(v * 1024 * 1024); };
-  std::vector<BucketSpec> specs = assign_buckets(tensors, order, mb(options_.first_bucket_mb), mb(options_.bucket_cap_mb));
+  std::vector<BucketSpec> specs = assign_buckets(tensors, order, cap_bytes(options_.first_bucket_mb),
+                                                 cap_bytes(options_.bucket_cap_mb));
+  if (sharded_) {
+    build_sharded_buckets(specs);
+    return;
+  }
 
   // The copy-engine path owns the bucket buffers (memory its peers map). A new layout gets a new
   // exchange; the old buffers live on through the gradients still viewing them until rebound below.
   std::unique_ptr<PeerExchange> previous = std::move(exchange_);
-  if (use_peer_exchange_ && !sharded_) {
+  if (use_peer_exchange_) {
     std::vector<ExchangeBucket> shapes;
     for (const auto& spec : specs) {
       int64_t total = 0;
@@ -208,30 +214,24 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
   }
 
   std::vector<GradBucket> buckets;
-  bucket_of_.assign(params_.size(), 0);
-  position_in_bucket_.assign(params_.size(), 0);
+  first_bucket_of_.assign(params_.size(), 0);
+  last_bucket_of_.assign(params_.size(), 0);
+  grad_offset_.assign(params_.size(), 0);
   for (size_t b = 0; b < specs.size(); ++b) {
     GradBucket bucket;
     bucket.params = specs[b].params;
     int64_t total = 0;
     for (size_t i : bucket.params) {
       bucket.offsets.push_back(total);
+      grad_offset_[i] = total;
       total += tensors[i].numel();
     }
     const Tensor& first = tensors[bucket.params.front()];
-    // Sharded: pad so every rank owns an equal block (reduce-scatter and all-gather need equal counts).
-    // The padding is never a gradient and stays zero on every rank, so its reduced value is zero too.
-    const int64_t world = group_->size();
-    const int64_t padded = sharded_ ? (total + world - 1) / world * world : total;
-    bucket.buffer = exchange_ ? exchange_->buffer(b) : zeros({padded}, first.options());
-    if (sharded_) flatten_parameters(bucket, padded);
+    bucket.buffer = exchange_ ? exchange_->buffer(b) : zeros({total}, first.options());
     if (options_.comm_dtype && *options_.comm_dtype != first.dtype()) {
       bucket.comm_buffer = zeros({total}, first.options().with_dtype(*options_.comm_dtype));
     }
-    for (size_t j = 0; j < bucket.params.size(); ++j) {
-      bucket_of_[bucket.params[j]] = b;
-      position_in_bucket_[bucket.params[j]] = j;
-    }
+    for (size_t i : bucket.params) first_bucket_of_[i] = last_bucket_of_[i] = b;
     bucket.pending = bucket.params.size();
     buckets.push_back(std::move(bucket));
   }
@@ -243,17 +243,79 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
   previous.reset();
 }
 
-// Moves the bucket's parameters into one flat buffer (same handles, new storage: nn::replace_data), in
-// the gradient buffer's layout, so the updated blocks can be all-gathered in place after a sharded step.
-void DistributedDataParallel::flatten_parameters(GradBucket& bucket, int64_t padded) {
-  const Tensor& first = params_[bucket.params.front()].second;
-  bucket.param_buffer = zeros({padded}, first.options());
-  for (size_t j = 0; j < bucket.params.size(); ++j) {
-    const Tensor& p = params_[bucket.params[j]].second;
-    Tensor slot = bucket.param_buffer.slice(bucket.offsets[j], bucket.offsets[j] + p.numel()).reshape(p.shape());
+// The sharded layout: every gradient in one flat buffer, in the order of `specs` (the buckets
+// assign_buckets would make), and the parameters moved (same handles, new storage: nn::replace_data) into
+// a second flat buffer laid out alike, so updated blocks can be all-gathered in place. Buckets are
+// consecutive ranges of the two, cut where `specs` ends a bucket, and inside a parameter larger than the
+// cap every cap's worth, so a large parameter's update and all-gather start on its first part while the
+// rest is still reduced. Every cut lies on a multiple of the world size: each rank owns an equal block of
+// every bucket, and a parameter may straddle two buckets by a few elements (its gradient and parameter
+// stay one view each). The total is padded to a multiple of the world size; the padding is never a
+// gradient and stays zero on every rank, so its reduced value is zero too.
+void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec>& specs) {
+  std::unique_ptr<PeerExchange> previous = std::move(exchange_);  // sharded buckets always use NCCL or Gloo
+  if (params_.empty()) return;
+  const Tensor& first = params_.front().second;
+  first_bucket_of_.assign(params_.size(), 0);
+  last_bucket_of_.assign(params_.size(), 0);
+  grad_offset_.assign(params_.size(), 0);
+  std::vector<size_t> order;  // parameter indices in flat order
+  std::vector<int64_t> cuts;  // where a bucket may end, before rounding
+  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(cap_bytes(options_.bucket_cap_mb) / dtype_size(first.dtype())));
+  int64_t total = 0;
+  for (const auto& spec : specs) {
+    for (size_t i : spec.params) {
+      const Tensor& p = params_[i].second;
+      DPT_CHECK(p.numel() > 0, "DistributedDataParallel::shard_buckets: parameter '{}' has no elements",
+                params_[i].first);
+      DPT_CHECK(p.dtype() == first.dtype() && p.device() == first.device(),
+                "DistributedDataParallel::shard_buckets: parameter '{}' is {} on {}, but '{}' is {} on {}; sharded "
+                "buckets need one dtype and device",
+                params_[i].first, dtype_name(p.dtype()), p.device().str(), params_.front().first,
+                dtype_name(first.dtype()), first.device().str());
+      grad_offset_[i] = total;
+      for (int64_t part = cap; part < p.numel(); part += cap) cuts.push_back(total + part);
+      total += p.numel();
+      order.push_back(i);
+    }
+    cuts.push_back(total);
+  }
+  const int64_t world = group_->size();
+  auto round_up = [world](int64_t n) { return (n + world - 1) / world * world; };
+  const int64_t padded = round_up(total);
+  sharded_grads_ = zeros({padded}, first.options());
+  Tensor values = zeros({padded}, first.options());
+  for (size_t i : order) {
+    const Tensor& p = params_[i].second;
+    Tensor slot = values.slice(grad_offset_[i], grad_offset_[i] + p.numel()).reshape(p.shape());
     slot.copy_(p);
     nn::replace_data(p, slot);
   }
+  std::vector<GradBucket> buckets;
+  int64_t begin = 0;
+  size_t next = 0;  // first parameter (in flat order) that may overlap the next bucket
+  for (int64_t cut : cuts) {
+    const int64_t end = std::min(round_up(cut), padded);
+    if (end <= begin) continue;
+    GradBucket bucket;
+    bucket.buffer = sharded_grads_.slice(begin, end);
+    bucket.param_buffer = values.slice(begin, end);
+    while (next < order.size() && grad_offset_[order[next]] + params_[order[next]].second.numel() <= begin) ++next;
+    for (size_t k = next; k < order.size() && grad_offset_[order[k]] < end; ++k) {
+      const size_t i = order[k];
+      bucket.params.push_back(i);
+      bucket.offsets.push_back(grad_offset_[i] - begin);  // negative for a parameter begun in an earlier bucket
+      if (grad_offset_[i] >= begin) first_bucket_of_[i] = buckets.size();
+      last_bucket_of_[i] = buckets.size();
+    }
+    bucket.pending = bucket.params.size();
+    buckets.push_back(std::move(bucket));
+    begin = end;
+  }
+  buckets_ = std::move(buckets);
+  for (size_t i = 0; i < params_.size(); ++i) bind_grad_to_bucket(i);
+  ready_.assign(params_.size(), false);
+  next_to_launch_ = 0;
 }
 
 void DistributedDataParallel::shard_buckets() {
@@ -270,10 +332,10 @@ void DistributedDataParallel::shard_buckets() {
 }
 
 Tensor DistributedDataParallel::bucket_view(size_t param_index) const {
-  const GradBucket& bucket = buckets_[bucket_of_[param_index]];
+  const Tensor& buffer = sharded_ ? sharded_grads_ : buckets_[first_bucket_of_[param_index]].buffer;
   const Tensor& p = params_[param_index].second;
-  int64_t offset = bucket.offsets[position_in_bucket_[param_index]];
-  return bucket.buffer.slice(offset, offset + p.numel()).reshape(p.shape());
+  const int64_t offset = grad_offset_[param_index];
+  return buffer.slice(offset, offset + p.numel()).reshape(p.shape());
 }
 
 // The communicated buffer must be the one the optimizer reads: a gradient replaced behind our back
@@ -319,7 +381,7 @@ void DistributedDataParallel::on_grad_ready(size_t param_index) {
             params_[param_index].first);
   ready_[param_index] = true;
   if (!rebuilt_) ready_order_.push_back(param_index);
-  --buckets_[bucket_of_[param_index]].pending;
+  for (size_t b = first_bucket_of_[param_index]; b <= last_bucket_of_[param_index]; ++b) --buckets_[b].pending;
   launch_ready_buckets();
 }
 
@@ -421,7 +483,7 @@ void DistributedDataParallel::finish_backward() {
     }
     bind_grad_to_bucket(i);
     ready_[i] = true;
-    --buckets_[bucket_of_[i]].pending;
+    for (size_t b = first_bucket_of_[i]; b <= last_bucket_of_[i]; ++b) --buckets_[b].pending;
   }
   if (!unused.empty()) {
     std::string names;

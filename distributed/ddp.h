@@ -107,11 +107,14 @@ class DistributedDataParallel {
   }
 
   // ZeRO-1 (distributed/zero_optimizer.h). From here on each bucket is reduce-scattered instead of
-  // all-reduced: rank r receives the average of only its block [r*S, (r+1)*S) of the bucket (the bucket
-  // padded to world * S elements); the rest of the bucket keeps this rank's local gradients. The
-  // parameters move into flat per-bucket buffers (GradBucket::param_buffer) laid out like the gradients,
-  // so the blocks each rank updated can be all-gathered in place. The layout is frozen (no rebuild after
-  // the first iteration): optimizer shards are cut from it. Call before the first backward.
+  // all-reduced: rank r receives the average of only its block [r*S, (r+1)*S) of the bucket; the rest of
+  // the bucket keeps this rank's local gradients. All gradients move into one flat buffer and the
+  // parameters into a second one laid out alike (GradBucket::param_buffer slices it), so the blocks each
+  // rank updated can be all-gathered in place; buckets are consecutive ranges of them, cut on multiples
+  // of the world size, and a parameter larger than the cap is cut into several buckets (so may straddle
+  // two; GradBucket::offsets is then negative). Needs one dtype and device for all parameters. The
+  // layout is frozen (no rebuild after the first iteration): optimizer shards are cut from it. Call
+  // before the first backward.
   void shard_buckets();
   bool sharded() const { return sharded_; }
   const GradBucket& bucket(size_t b) const { return buckets_.at(b); }
@@ -133,7 +136,7 @@ class DistributedDataParallel {
   bool decide_peer_exchange();
   void broadcast_from_rank0();
   void build_buckets(const std::vector<size_t>& order);
-  void flatten_parameters(GradBucket& bucket, int64_t padded);
+  void build_sharded_buckets(const std::vector<BucketSpec>& specs);
   void register_hooks();
   Tensor bucket_view(size_t param_index) const;  // the parameter's slice of its bucket, in its shape
   void bind_grad_to_bucket(size_t param_index);
@@ -153,8 +156,11 @@ class DistributedDataParallel {
   DDPOptions options_;
 
   std::vector<GradBucket> buckets_;
-  std::vector<size_t> bucket_of_;        // parameter index -> bucket index
-  std::vector<size_t> position_in_bucket_;
+  // Parameter index -> the buckets its gradient lies in (one, unless sharded buckets cut it), and the
+  // offset of its gradient in its bucket's buffer (sharded: in sharded_grads_, which the buckets slice).
+  std::vector<size_t> first_bucket_of_, last_bucket_of_;
+  std::vector<int64_t> grad_offset_;
+  Tensor sharded_grads_;
   std::vector<bool> ready_;              // parameter's gradient final in this backward
   std::vector<size_t> ready_order_;      // observed in the first synchronised backward
   size_t next_to_launch_ = 0;

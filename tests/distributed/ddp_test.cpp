@@ -114,6 +114,7 @@ TEST(DdpParityCpu, Bf16CommunicationWithinBf16Tolerance) { expect_passes(2, "mlp
 TEST(DdpParityCpu, OptimizerStepPerBucketInsideBackward) { expect_passes(2, "mlp overlap cpu"); }
 TEST(DdpParityCpu, UpdateStreamTimingFallsBackToBackwardEndOnCpu) { expect_passes(2, "mlp overlapstream cpu"); }
 TEST(DdpParityCpu, GptOptimizerStepPerBucketThreeRanks) { expect_passes(3, "gpt overlap cpu"); }
+TEST(DdpParityCpu, ShardedBucketsCutLargeParametersThreeRanks) { expect_passes(3, "gpt shardlayout cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerTwoRanks) { expect_passes(2, "mlp zero cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerGptThreeRanks) { expect_passes(3, "gpt zero cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerTinyBucketsThreeRanks) { expect_passes(3, "mlp zerotiny cpu"); }

@@ -4,7 +4,7 @@
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
 //          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
-//          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph
+//          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -355,6 +355,54 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
          compare(*models[1], *models[2], tol, "one vs default bucket", s.rank);
 }
 
+// Sharded buckets (ZeRO-1's layout): consecutive ranges of one flat gradient buffer (and of one flat
+// parameter buffer), each a multiple of the world size long, with the largest parameter cut into a
+// bucket per cap's worth of it; every gradient and parameter is still one view into those buffers.
+bool run_shard_layout(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  auto model = make_model(s);
+  const NamedTensors params = model->named_parameters();
+  int64_t largest = 0;
+  for (const auto& [name, p] : params) largest = std::max(largest, p.numel());
+  const int64_t cap_elems = largest * 2 / 7;  // the largest parameter needs 4 buckets
+  dist::DDPOptions o;
+  o.bucket_cap_mb = static_cast<double>(cap_elems * 4) / (1024.0 * 1024.0);
+  dist::DistributedDataParallel ddp(model, pg, o);
+  ddp.shard_buckets();
+  auto fail = [&](const std::string& what) {
+    std::fprintf(stderr, "rank %d: sharded layout: %s\n", s.rank, what.c_str());
+    return false;
+  };
+  const auto* grads0 = static_cast<const char*>(ddp.bucket(0).buffer.data_ptr());
+  const auto* values0 = static_cast<const char*>(ddp.bucket(0).param_buffer.data_ptr());
+  int64_t flat = 0;  // elements before the bucket
+  std::vector<int> buckets_of(ddp.parameters().size(), 0);
+  for (size_t b = 0; b < ddp.num_buckets(); ++b) {
+    const dist::GradBucket& bucket = ddp.bucket(b);
+    const int64_t n = bucket.buffer.numel();
+    if (n == 0 || n % s.world != 0 || bucket.param_buffer.numel() != n)
+      return fail("bucket " + std::to_string(b) + " holds " + std::to_string(n) + " elements");
+    if (bucket.buffer.data_ptr() != grads0 + flat * 4 || bucket.param_buffer.data_ptr() != values0 + flat * 4)
+      return fail("bucket " + std::to_string(b) + " does not follow the one before it");
+    for (size_t j = 0; j < bucket.params.size(); ++j) {
+      const Tensor& p = ddp.parameters()[bucket.params[j]].second;
+      const int64_t at = flat + bucket.offsets[j];  // the parameter's first element in the flat buffers
+      if (p.data_ptr() != values0 + at * 4 || p.grad().data_ptr() != grads0 + at * 4)
+        return fail("'" + ddp.parameters()[bucket.params[j]].first + "' is not a view at its offset");
+      if (bucket.offsets[j] >= n || bucket.offsets[j] + p.numel() <= 0)
+        return fail("'" + ddp.parameters()[bucket.params[j]].first + "' listed in a bucket it misses");
+      ++buckets_of[bucket.params[j]];
+    }
+    flat += n;
+  }
+  for (size_t i = 0; i < buckets_of.size(); ++i) {
+    const int64_t numel = ddp.parameters()[i].second.numel();
+    if (numel == largest && buckets_of[i] < 4)
+      return fail("the largest parameter lies in " + std::to_string(buckets_of[i]) + " buckets, expected 4 or more");
+    if (buckets_of[i] == 0) return fail("'" + ddp.parameters()[i].first + "' is in no bucket");
+  }
+  return true;
+}
+
 // A parameter outside the forward pass: with find_unused_parameters the step completes (no hang) and
 // its gradient is zero on every rank; the used parameters still match the reference.
 bool run_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
@@ -473,6 +521,8 @@ int main(int argc, char** argv) {
       ok = run_parity(s, pg, o, 1, 1e-6, "one bucket");
     } else if (mode == "layouts") {
       ok = run_layouts(s, pg);
+    } else if (mode == "shardlayout") {
+      ok = run_shard_layout(s, pg);
     } else if (mode == "nosync") {
       ok = run_parity(s, pg, o, 2, 1e-6, "no_sync accumulation over 2 micro-batches");
     } else if (mode == "bf16comm") {
