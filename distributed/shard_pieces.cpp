@@ -26,11 +26,15 @@ const Tensor& ShardPieces::target(const std::string& name, const Tensor& param) 
   return t;
 }
 
+std::string ShardPieces::piece_name(const std::string& name, int64_t begin, int64_t end) {
+  return fmt::format("{}[{}:{}]", name, begin, end);
+}
+
 void ShardPieces::cover(const std::string& name, const Tensor& param) { target(name, param); }
 
 Tensor ShardPieces::add(const std::string& name, const Tensor& param, int64_t begin, int64_t end, const Tensor& grad) {
   const Tensor& t = target(name, param);
-  const std::string piece_name = fmt::format("{}[{}:{}]", name, begin, end);
+  const std::string piece_name = ShardPieces::piece_name(name, begin, end);
   Tensor piece = flat_range(t, begin, end);
   piece.requires_grad_(true);
   if (t.same(param)) {

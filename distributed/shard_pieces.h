@@ -36,6 +36,8 @@ class ShardPieces {
   // end - begin elements); covers `name`. Returns the piece (what optimizer().update() takes).
   Tensor add(const std::string& name, const Tensor& param, int64_t begin, int64_t end, const Tensor& grad);
   bool covers(const std::string& name) const { return covered_.count(name) > 0; }
+  // The name of the piece of `name` holding elements [begin, end): "<name>[begin:end]".
+  static std::string piece_name(const std::string& name, int64_t begin, int64_t end);
   int64_t elements() const { return elements_; }  // over all pieces
 
   // After every add: checks that each optimizer parameter was covered and that either every piece has a

@@ -1,27 +1,34 @@
 #include "distributed/zero_optimizer.h"
 
 #include <algorithm>
+#include <cmath>
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "distributed/shard_pieces.h"
+#include "core/factory.h"
+#include "core/kernels.h"
+#include "optim/grad_clip.h"
 
 namespace dpt::dist {
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
-                             const Factory& make, DistributedDataParallel::HookTiming timing)
-    : ddp_(ddp), gather_group_(ddp.process_group()) {
+                             const Factory& make, When when)
+    : ddp_(ddp), when_(when), gather_group_(ddp.process_group()) {
   NoGradGuard no_grad;
   ddp_.shard_buckets();
   ShardPieces shard("ZeroOptimizer", groups);
+  for (const auto& group : groups)
+    for (const auto& [name, t] : group.params) target_of_.emplace(name, t);
   const NamedTensors& params = ddp_.parameters();
   const int64_t world = ddp_.process_group()->size();
   const int64_t rank = ddp_.process_group()->rank();
   pieces_.resize(ddp_.num_buckets());
+  int64_t bucket_start = 0;  // in the flat layout the buckets slice one after another
   for (size_t b = 0; b < ddp_.num_buckets(); ++b) {
     const GradBucket& bucket = ddp_.bucket(b);
     const int64_t block = bucket.buffer.numel() / world;
     const int64_t mine_begin = rank * block, mine_end = mine_begin + block;
+    grad_blocks_.push_back(bucket.buffer.slice(mine_begin, mine_end));
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const auto& [name, p] = params[bucket.params[j]];
       shard.cover(name, p);
@@ -31,27 +38,34 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
       if (lo >= hi) continue;
       // The reduce-scattered average lands in the bucket's range.
       pieces_[b].push_back(shard.add(name, p, lo - offset, hi - offset, flat_range(bucket.buffer, lo, hi)));
+      piece_info_.push_back({b, name, lo - offset, hi - offset, bucket_start + lo, target_of_.at(name)});
     }
+    bucket_start += bucket.buffer.numel();
   }
+  flat_elements_ = bucket_start;
   sharded_elements_ = shard.elements();
   inner_ = shard.make_optimizer(make);
-  if (timing == DistributedDataParallel::HookTiming::WhenReduced) {
+  if (when_ == When::OnStep) return;  // DDP only reduce-scatters; step() does the rest
+  if (when_ == When::DuringBackward) {
     // The all-gathers queue behind updates; on the reduce-scatters' communicator they would hold back the
     // reduce-scatters of the buckets backward finishes meanwhile.
     std::vector<int> everyone(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;
     gather_group_ = ddp_.process_group()->new_group(everyone);
   }
+  using Timing = DistributedDataParallel::HookTiming;
   ddp_.set_bucket_reduced_hook([this](size_t bucket, const std::vector<Tensor>&) { on_bucket_reduced(bucket); },
-                               timing);
+                               when_ == When::DuringBackward ? Timing::WhenReduced : Timing::AtBackwardEnd);
 }
 
-ZeroOptimizer::~ZeroOptimizer() { ddp_.set_bucket_reduced_hook(nullptr); }
+ZeroOptimizer::~ZeroOptimizer() {
+  if (when_ != When::OnStep) ddp_.set_bucket_reduced_hook(nullptr);
+}
 
 // Runs once the current stream waits for bucket b's reduce-scatter (ddp.h): the compute stream at the end
-// of backward, or DDP's update stream when the reduce-scatter is launched (WhenReduced). Nothing here
-// allocates: on the update stream inside CUDA graph capture that would break the graph allocator's
-// single-stream order (core/cuda/graph_memory.h).
+// of backward, or DDP's update stream when the reduce-scatter is launched (DuringBackward), or the compute
+// stream in step(). Nothing here allocates: on the update stream inside CUDA graph capture that would
+// break the graph allocator's single-stream order (core/cuda/graph_memory.h).
 void ZeroOptimizer::on_bucket_reduced(size_t b) {
   NoGradGuard no_grad;
   if (b == 0) inner_->begin_step();
@@ -62,11 +76,122 @@ void ZeroOptimizer::on_bucket_reduced(size_t b) {
   // Queued after update(b) on the current stream (the process group orders its stream after ours).
   gathers_.push_back(gather_group_->allgather(bucket.param_buffer, bucket.param_buffer.slice(mine, mine + block)));
   if (b + 1 == ddp_.num_buckets()) {
-    // CUDA: the current stream waits (the update stream, which the compute stream joins at the end of
-    // backward); Gloo: the host does.
+    // CUDA: the current stream waits (under DuringBackward the update stream, which the compute stream
+    // joins at the end of backward); Gloo: the host does.
     for (auto& w : gathers_) w->wait();
     gathers_.clear();
   }
+}
+
+double ZeroOptimizer::clip_grad_norm(double max_norm) {
+  DPT_CHECK(when_ == When::OnStep, "ZeroOptimizer::clip_grad_norm: only when the update runs on step() (When::OnStep)");
+  NoGradGuard no_grad;
+  // The ranks' blocks are disjoint and together hold every averaged gradient: the squared norm is the sum
+  // over ranks of each block's sum of squares.
+  std::vector<Tensor> blocks;
+  for (const Tensor& g : grad_blocks_) blocks.push_back(g.dtype() == DType::Float32 ? g : g.to(DType::Float32));
+  const double local = optim::sum_of_squares(blocks);
+  const Tensor& any = grad_blocks_.empty() ? Tensor() : grad_blocks_.front();
+  Tensor total = from_vector<double>({local}, {1},
+                                     TensorOptions{}.with_dtype(DType::Float64).with_device(
+                                         any.defined() ? any.device() : Device::cpu()));
+  ddp_.process_group()->allreduce(total, ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(total.item());
+  if (!std::isfinite(norm) || max_norm <= 0 || norm <= max_norm) return norm;
+  const double factor = max_norm / (norm + 1e-6);
+  for (const Tensor& g : grad_blocks_) kernels::unary(kernels::UnaryOp::Scale, g, g, factor);
+  return norm;
+}
+
+void ZeroOptimizer::step() {
+  DPT_CHECK(when_ == When::OnStep, "ZeroOptimizer::step: the update already runs inside backward");
+  for (size_t b = 0; b < ddp_.num_buckets(); ++b) on_bucket_reduced(b);
+}
+
+std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::assemble(const std::function<Tensor(size_t)>& local) {
+  NoGradGuard no_grad;
+  const NamedTensors& params = ddp_.parameters();
+  const Device device = params.empty() ? Device::cpu() : params.front().second.device();
+  // Every element is written by the one rank that owns it and is zero elsewhere: the sum is exact.
+  Tensor flat = zeros({flat_elements_}, TensorOptions{}.with_dtype(DType::Float32).with_device(device));
+  for (size_t i = 0; i < piece_info_.size(); ++i) {
+    const Piece& piece = piece_info_[i];
+    flat_range(flat, piece.flat, piece.flat + piece.end - piece.begin).copy_(local(i));
+  }
+  ddp_.process_group()->allreduce(flat, ReduceOp::Sum)->wait();
+  // Each parameter's first element in the flat layout: its offset in the first bucket it lies in.
+  std::vector<int64_t> first(params.size(), -1);
+  int64_t bucket_start = 0;
+  for (size_t b = 0; b < ddp_.num_buckets(); ++b) {
+    const GradBucket& bucket = ddp_.bucket(b);
+    for (size_t j = 0; j < bucket.params.size(); ++j)
+      if (first[bucket.params[j]] < 0) first[bucket.params[j]] = bucket_start + bucket.offsets[j];
+    bucket_start += bucket.buffer.numel();
+  }
+  std::vector<std::pair<std::string, Tensor>> out;
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto& [name, p] = params[i];
+    out.emplace_back(name, flat.slice(first[i], first[i] + p.numel()).reshape(p.shape()));
+  }
+  return out;
+}
+
+void ZeroOptimizer::gather_targets() {
+  NoGradGuard no_grad;
+  // Targets that are DDP's own parameters are whole already (all-gathered after every update); the same
+  // on every rank, so either every rank returns here or none does.
+  const NamedTensors& params = ddp_.parameters();
+  const bool all_params = std::all_of(params.begin(), params.end(),
+                                      [&](const auto& p) { return target_of_.at(p.first).same(p.second); });
+  if (all_params) return;
+  auto whole = assemble([&](size_t i) {
+    const Piece& piece = piece_info_[i];
+    return flat_range(piece.target, piece.begin, piece.end).to(DType::Float32);
+  });
+  for (const auto& [name, t] : whole) target_of_.at(name).copy_(t);
+}
+
+NamedTensors ZeroOptimizer::full_state_dict() {
+  NamedTensors shard = inner_->state_dict();
+  // "<state>.<piece>" -> state tensor, per state name.
+  std::unordered_map<std::string, Tensor> entry;
+  NamedTensors full;
+  for (const auto& [key, t] : shard) {
+    if (key == "step") full.emplace_back(key, t);
+    entry.emplace(key, t);
+  }
+  for (const std::string& state : inner_->state_names()) {
+    auto whole = assemble([&](size_t i) {
+      const Piece& piece = piece_info_[i];
+      const Tensor& t = entry.at(state + "." + ShardPieces::piece_name(piece.param, piece.begin, piece.end));
+      return t.reshape({t.numel()}).to(DType::Float32);
+    });
+    for (auto& [name, t] : whole) full.emplace_back(state + "." + name, t);
+  }
+  return full;
+}
+
+void ZeroOptimizer::load_full_state_dict(const NamedTensors& full) {
+  std::unordered_map<std::string, Tensor> by_name;
+  for (const auto& [name, t] : full) by_name.emplace(name, t);
+  NamedTensors shard;
+  auto step = by_name.find("step");
+  DPT_CHECK(step != by_name.end(), "ZeroOptimizer: the optimizer state has no 'step'");
+  shard.emplace_back("step", step->second);
+  for (const std::string& state : inner_->state_names()) {
+    for (const Piece& piece : piece_info_) {
+      const std::string name = state + "." + piece.param;
+      auto it = by_name.find(name);
+      DPT_CHECK(it != by_name.end(), "ZeroOptimizer: the optimizer state has no '{}'", name);
+      const Tensor& t = it->second;
+      DPT_CHECK(t.numel() == piece.target.numel() && t.is_contiguous(),
+                "ZeroOptimizer: optimizer state '{}' is {}, expected {} elements like the parameter", name,
+                shape_str(t.shape()), piece.target.numel());
+      shard.emplace_back(state + "." + ShardPieces::piece_name(piece.param, piece.begin, piece.end),
+                         flat_range(t, piece.begin, piece.end));
+    }
+  }
+  inner_->load_state_dict(shard);
 }
 
 }  // namespace dpt::dist

@@ -2,40 +2,48 @@
 // ZeRO stage 1 (Rajbhandari et al. 2020) on top of DistributedDataParallel: every rank keeps the whole
 // model but updates, and keeps optimizer state for, only its 1/world block of each gradient bucket.
 //
-// Per step, inside backward (the optimizer step happens there, as with dist::step_in_backward):
-//   comm stream:     RS 0 .. RS 1 .. RS 2 ....................... AG 0 ... AG 1 ... AG 2
-//   compute stream:  ... backward ... | wait(RS 0) update(0) | wait(RS 1) update(1) | ... | wait(AG *)
-// RS b: reduce-scatter of bucket b's gradients (half the bytes of an AllReduce): rank r receives the
-//   average of block r only.
+// One step:
+// RS b: reduce-scatter of bucket b's gradients during backward (half the bytes of an AllReduce): rank r
+//   receives the average of block r only.
 // update(b): the optimizer on this rank's pieces of bucket b — a piece is the part of one parameter that
 //   falls into the block, a 1-D view of the float32 parameter (or master) and of its gradient. Optimizer
 //   state exists for pieces only: 1/world of it per rank. With bf16 compute twins, the fused update
 //   reads the bf16 gradient piece and writes the bf16 parameter piece too (optim/optimizer.h).
 // AG b: all-gather of bucket b's flat parameter buffer (the compute parameters, bf16 under mixed
-//   precision), ordered after update(b) by the process group's stream event; it overlaps update(b+1..).
-// The compute stream waits for every AG after the last bucket's update, before anything reads the
-// parameters again.
+//   precision), ordered after update(b) by the process group's stream event.
+// Each element is updated by exactly one rank from the averaged gradient, so the parameters equal those of
+// DDP + the full optimizer (the optimizers are elementwise).
 //
-// With HookTiming::WhenReduced (CUDA) update(b) runs on DDP's update stream as soon as RS b has been
-// launched (the stream waits for it), and AG b on a second communicator, so both overlap the rest of
-// backward instead of following it; only the buckets that become final last are left for the end:
-//   compute stream:  ... backward of layers L..1 ........................... | wait(update stream)
-//   comm stream:          RS 0 ....... RS 1 ........ RS 2
-//   update stream:              update(0) .. update(1) .. update(2) wait(AG *)
-//   param stream:                      AG 0 ....... AG 1 ....... AG 2
-// Safe for the same reason as optim::step_in_backward: a bucket launches only once backward has queued
-// every kernel that reads its parameters. Each element is updated by exactly one rank from the averaged gradient, so the
-// parameters equal those of DDP + the full optimizer (AdamW is elementwise).
+// When the updates run (When):
+//  EndOfBackward: inside loss.backward(), as the compute stream waits for each RS at the end of backward:
+//     comm stream:     RS 0 .. RS 1 .. RS 2 ....................... AG 0 ... AG 1 ... AG 2
+//     compute stream:  ... backward ... | wait(RS 0) update(0) | wait(RS 1) update(1) | ... | wait(AG *)
+//  DuringBackward (CUDA; on Gloo as EndOfBackward): update(b) on DDP's update stream as soon as RS b is
+//   launched, AG b on a second communicator, so both overlap the rest of backward:
+//     compute stream:  ... backward of layers L..1 ........................... | wait(update stream)
+//     comm stream:          RS 0 ....... RS 1 ........ RS 2
+//     update stream:              update(0) .. update(1) .. update(2) wait(AG *)
+//     param stream:                      AG 0 ....... AG 1 ....... AG 2
+//   Safe for the same reason as optim::step_in_backward: a bucket launches only once backward has queued
+//   every kernel that reads its parameters.
+//  OnStep: backward only reduce-scatters; step() updates and all-gathers, after clip_grad_norm() if
+//   wanted, like a plain optimizer's step (what a trainer with clipping and skipped steps needs).
+// In the first two, loss.backward() is the whole step and there is no gradient-norm clipping (it needs
+// every gradient before any update).
 //
-// Limits: no global gradient-norm clipping (it needs every gradient before any update); after a step
-// only this rank's block of each gradient bucket holds the averaged gradient; the state dict is this
-// rank's shard (piece names "<param>[begin:end]"), so resuming needs the same world size and buckets.
-// float32 masters of mixed precision stay whole on every rank (only Adam's moments are sharded).
-// The whole step can be captured in a CUDA graph (cuda::CudaGraph) after an eager warm-up step: the
-// collectives become graph nodes; build the inner AdamW with count_steps_on_device() so replays advance
-// its step (apps/bench/train_bench.cpp does).
+// After a step only this rank's block of each gradient bucket holds the averaged gradient, and the float32
+// masters of mixed precision are current only where this rank updates them (the bf16 parameters are
+// whole): gather_targets() makes them whole, full_state_dict() assembles the optimizer state of whole
+// parameters (the names and shapes a plain optimizer over the same groups has), and
+// load_full_state_dict() takes such a state back, so checkpoints move between ZeRO and plain runs and
+// between world sizes. state_dict() of optimizer() is this rank's shard (piece names
+// "<param>[begin:end]"). The whole step can be captured in a CUDA graph (cuda::CudaGraph) after an eager
+// warm-up step: the collectives become graph nodes; build the inner AdamW with count_steps_on_device()
+// so replays advance its step (apps/bench/train_bench.cpp does).
 #include <functional>
 #include <memory>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "distributed/ddp.h"
@@ -48,15 +56,15 @@ class ZeroOptimizer {
  public:
   // Builds the inner optimizer over this rank's pieces (distributed/shard_pieces.h).
   using Factory = ShardPieces::Factory;
+  enum class When { EndOfBackward, DuringBackward, OnStep };
 
   // `groups`: the parameters the optimizer updates, with their weight decay and lr scale — DDP's
   // parameters themselves when they are float32, or the float32 masters of mixed precision
   // (optim::MixedPrecision::master_params(), same names as DDP's bf16 parameters, which then act as
-  // compute twins). Shards `ddp`'s buckets (DistributedDataParallel::shard_buckets) and takes over its
-  // bucket hook: after this, `loss.backward()` performs the whole optimizer step. `timing`: when the
-  // updates run (see above); on Gloo they always run at the end of backward.
+  // compute twins). Shards `ddp`'s buckets (DistributedDataParallel::shard_buckets); unless `when` is
+  // OnStep, takes over its bucket hook, so that `loss.backward()` performs the whole optimizer step.
   ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make,
-                DistributedDataParallel::HookTiming timing = DistributedDataParallel::HookTiming::AtBackwardEnd);
+                When when = When::EndOfBackward);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
@@ -64,13 +72,45 @@ class ZeroOptimizer {
   optim::Optimizer& optimizer() { return *inner_; }  // learning rate, state dict of this rank's shard
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
 
+  // OnStep only, after backward, on every rank. The global norm of the averaged gradients (the ranks'
+  // blocks together); above max_norm (> 0) they are scaled by max_norm / (norm + 1e-6) as
+  // optim::clip_grad_norm does. A non-finite norm is returned and nothing is scaled.
+  double clip_grad_norm(double max_norm);
+  // OnStep only, on every rank: the update of every bucket and the all-gathers; on return (CUDA: on the
+  // compute stream) the parameters hold the step's values.
+  void step();
+
+  // Collective (every rank): the targets of `groups` (float32 masters) whole on every rank.
+  void gather_targets();
+  // Collective: the optimizer state of whole parameters, "<state>.<param>" plus "step", on every rank.
+  NamedTensors full_state_dict();
+  // Local: this rank's shard of such a state (from full_state_dict() or a plain optimizer over the same
+  // groups); errors name the first entry missing or misshapen.
+  void load_full_state_dict(const NamedTensors& full);
+
  private:
+  struct Piece {
+    size_t bucket;
+    std::string param;      // DDP's parameter name
+    int64_t begin, end;     // elements of the parameter
+    int64_t flat;           // where element `begin` lies in the flat layout of all buckets
+    Tensor target;          // the whole tensor to update (master or parameter)
+  };
   void on_bucket_reduced(size_t bucket);
+  // Every rank's pieces of the same-named tensors assembled: `local(piece)` gives this rank's values of a
+  // piece (float32, piece-sized), the result is one float32 tensor per parameter of the groups, shaped
+  // like it, in the order of ddp.parameters().
+  std::vector<std::pair<std::string, Tensor>> assemble(const std::function<Tensor(size_t piece)>& local);
 
   DistributedDataParallel& ddp_;
+  When when_;
   std::unique_ptr<optim::Optimizer> inner_;
   std::vector<std::vector<Tensor>> pieces_;  // [bucket] -> this rank's pieces (the optimizer's parameters)
-  std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under WhenReduced)
+  std::vector<Piece> piece_info_;            // every piece of this rank, in the order of pieces_
+  std::unordered_map<std::string, Tensor> target_of_;  // DDP's parameter name -> the tensor to update
+  std::vector<Tensor> grad_blocks_;          // [bucket] -> this rank's averaged block of the gradients
+  int64_t flat_elements_ = 0;                // all buckets together
+  std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under DuringBackward)
   std::vector<std::shared_ptr<Work>> gathers_;
   int64_t sharded_elements_ = 0;
 };

@@ -17,10 +17,11 @@ struct GradLists {
   std::vector<int64_t> cuda_sizes;
 };
 
-GradLists gather(const std::vector<Tensor>& params) {
+// The tensors to sum: `tensors` themselves, or with `grads_of` their gradients (skipping those without).
+GradLists gather(const std::vector<Tensor>& tensors, bool grads_of = true) {
   GradLists lists;
-  for (const Tensor& p : params) {
-    Tensor g = p.grad();
+  for (const Tensor& t : tensors) {
+    Tensor g = grads_of ? t.grad() : t;
     if (!g.defined()) continue;
     if (g.device().is_cuda()) {
       DPT_CHECK(g.dtype() == DType::Float32, "clip_grad_norm: CUDA gradients must be float32, found {}",
@@ -59,6 +60,8 @@ double sum_squares(const GradLists& lists) {
 }  // namespace
 
 double grad_norm(const std::vector<Tensor>& params) { return std::sqrt(sum_squares(gather(params))); }
+
+double sum_of_squares(const std::vector<Tensor>& tensors) { return sum_squares(gather(tensors, false)); }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   DPT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);

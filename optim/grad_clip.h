@@ -14,5 +14,8 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm);
 double clip_grad_norm(const NamedTensors& params, double max_norm);
 // The global norm alone (no clipping).
 double grad_norm(const std::vector<Tensor>& params);
+// The sum of the squares of the elements of `tensors` themselves (float32; on the CPU also float64), in
+// double precision: the local part of a norm spread over ranks (distributed/zero_optimizer.h).
+double sum_of_squares(const std::vector<Tensor>& tensors);
 
 }  // namespace dpt::optim

@@ -56,6 +56,7 @@ class Optimizer {
 
   // Everything needed to resume: "step" (int64 scalar) and "<state>.<param name>" for each state tensor.
   NamedTensors state_dict() const;
+  const std::vector<std::string>& state_names() const { return state_names_; }  // the <state> parts
   // Checks names, shapes and dtypes before copying anything; errors name the first mismatch.
   void load_state_dict(const NamedTensors& state);
 

@@ -228,8 +228,8 @@ int run_train_bench(int argc, char** argv) {
     } else if (args.zero) {
       zero = std::make_unique<dist::ZeroOptimizer>(
           *ddp, optim::weight_decay_groups(mp.master_params(), 0.1), make_shard,
-          args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced
-                                    : dist::DistributedDataParallel::HookTiming::AtBackwardEnd);
+          args.updates_when_reduced ? dist::ZeroOptimizer::When::DuringBackward
+                                    : dist::ZeroOptimizer::When::EndOfBackward);
     } else if (args.overlap_optimizer) {
       dist::step_in_backward(*ddp, opt,
                              args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced

@@ -119,6 +119,11 @@ TEST(DdpParityCpu, ZeroShardedOptimizerTwoRanks) { expect_passes(2, "mlp zero cp
 TEST(DdpParityCpu, ZeroShardedOptimizerGptThreeRanks) { expect_passes(3, "gpt zero cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerTinyBucketsThreeRanks) { expect_passes(3, "mlp zerotiny cpu"); }
 TEST(DdpParityCpu, ZeroShardedOptimizerBf16Twins) { expect_passes(2, "mlp zerobf16 cpu"); }
+// ZeRO-1 stepped after backward, with clipping by the global norm and whole-parameter optimizer state.
+TEST(DdpParityCpu, ZeroOnStepClipsAndStepsLikeOneProcessTwoRanks) { expect_passes(2, "mlp zerostep cpu"); }
+TEST(DdpParityCpu, ZeroOnStepGptThreeRanks) { expect_passes(3, "gpt zerostep cpu"); }
+TEST(DdpParityCpu, ZeroOnStepTinyBucketsThreeRanks) { expect_passes(3, "mlp zerosteptiny cpu"); }
+TEST(DdpParityCpu, ZeroOnStepBf16TwinsGatherTheMasters) { expect_passes(2, "mlp zerostepbf16 cpu"); }
 TEST(DdpParityCpu, ZeroUpdateStreamTimingFallsBackToBackwardEndOnCpu) { expect_passes(2, "gpt zerostream cpu"); }
 // ZeRO-1 whose Linear gradients are formed from every rank's gathered inputs and output gradients.
 TEST(DdpParityCpu, GatheredGradientsTwoRanks) { expect_passes(2, "mlp gathered cpu"); }
@@ -158,6 +163,8 @@ TEST_F(DdpParityCuda, ZeroBf16TwinsTwoGpus) { expect_passes(2, "gpt zerobf16 cud
 // ZeRO-1 with each bucket's update and all-gather during backward, on the update stream.
 TEST_F(DdpParityCuda, ZeroUpdateStreamTwoGpus) { expect_passes(2, "gpt zerostream cuda"); }
 TEST_F(DdpParityCuda, ZeroUpdateStreamBf16TwinsTwoGpus) { expect_passes(2, "gpt zerostreambf16 cuda"); }
+TEST_F(DdpParityCuda, ZeroOnStepGptTwoGpus) { expect_passes(2, "gpt zerostep cuda"); }
+TEST_F(DdpParityCuda, ZeroOnStepBf16TwinsTwoGpus) { expect_passes(2, "gpt zerostepbf16 cuda"); }
 // The cases above take the default exchange (NCCL); these pin each path, so both stay covered.
 TEST_F(DdpParityCuda, CopyEngineKnownAveragesTwoGpus) { expect_passes(2, "mlp exchange cuda"); }
 TEST_F(DdpParityCuda, CopyEngineTinyBucketsTwoGpus) { expect_passes(2, "mlp tiny cuda copy_engine"); }

@@ -5,6 +5,7 @@
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
 //          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
+//          | zerostep | zerosteptiny | zerostepbf16
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -15,6 +16,7 @@
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <memory>
 #include <string>
 
@@ -33,6 +35,7 @@
 #include "layers/losses.h"
 #include "layers/mlp.h"
 #include "optim/adam.h"
+#include "optim/grad_clip.h"
 #include "optim/mixed_precision.h"
 
 using namespace dpt;
@@ -145,18 +148,37 @@ bool compare(const nn::Module& got, const nn::Module& want, double tol, const st
   return true;
 }
 
+// Every entry of `want` is in `got` with the same number of elements, within `tol` relative.
+bool compare_named(const NamedTensors& got, const NamedTensors& want, double tol, const std::string& what, int rank) {
+  std::map<std::string, Tensor> by_name(got.begin(), got.end());
+  for (const auto& [name, w] : want) {
+    auto it = by_name.find(name);
+    const double d = it == by_name.end() || it->second.numel() != w.numel() ? INFINITY
+                                                                             : relative_difference(it->second, w);
+    if (!(d <= tol)) {
+      std::fprintf(stderr, "rank %d: %s: '%s' differs by %.3g relative (tolerance %.1g)\n", rank, what.c_str(),
+                   name.c_str(), d, tol);
+      return false;
+    }
+  }
+  return true;
+}
+
 // How the replica's optimizer steps: after backward; inside backward bucket by bucket
 // (distributed/overlapped_optimizer.h); or sharded, ZeRO-1 (distributed/zero_optimizer.h), or ZeRO-1 with
 // the Linear gradients formed from gathered inputs (distributed/gathered_linear_zero.h). kZeroWhenReduced:
 // ZeRO-1 with each bucket's update and all-gather during backward (the update stream, a second communicator).
-enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero, kZeroWhenReduced, kGathered };
+enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero, kZeroWhenReduced, kZeroOnStep, kGathered };
 
 std::unique_ptr<dist::ZeroOptimizer> make_zero(dist::DistributedDataParallel& ddp,
                                                const std::vector<optim::ParamGroup>& groups,
                                                const dist::ZeroOptimizer::Factory& make, Stepping stepping) {
-  using Timing = dist::DistributedDataParallel::HookTiming;
+  using When = dist::ZeroOptimizer::When;
   return std::make_unique<dist::ZeroOptimizer>(
-      ddp, groups, make, stepping == Stepping::kZeroWhenReduced ? Timing::WhenReduced : Timing::AtBackwardEnd);
+      ddp, groups, make,
+      stepping == Stepping::kZeroWhenReduced ? When::DuringBackward
+      : stepping == Stepping::kZeroOnStep    ? When::OnStep
+                                             : When::EndOfBackward);
 }
 
 // One DDP replica next to the single-process reference, for kSteps steps.
@@ -293,6 +315,7 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
   } else {
     zero = make_zero(ddp, std::vector<optim::ParamGroup>{all}, make_adamw, stepping);
   }
+  const bool on_step = stepping == Stepping::kZeroOnStep;
   for (int step = 0; step < kSteps; ++step) {
     auto [x_global, y] = global_batch(s, step);
     Tensor x = s.model_kind == "gpt" ? x_global : x_global.to(DType::BFloat16);  // token ids stay integers
@@ -302,7 +325,13 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
     replica->zero_grad();
     int64_t begin = s.rank * kPerRankBatch;
     loss_of(s, *replica, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    if (on_step) zero->step();
     if (!compare(*replica, *reference, 2e-2, "ZeRO-1 bf16 step " + std::to_string(step), s.rank)) return false;
+  }
+  // The float32 masters are current only where this rank updates them until gathered.
+  if (on_step) {
+    zero->gather_targets();
+    if (!compare_named(rep_mp.master_params(), ref_mp.master_params(), 2e-2, "gathered masters", s.rank)) return false;
   }
   return true;
 }
@@ -353,6 +382,54 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   double tol = s.world == 2 ? 0.0 : 1e-6;
   return compare(*models[0], *models[2], tol, "tiny vs default buckets", s.rank) &&
          compare(*models[1], *models[2], tol, "one vs default bucket", s.rank);
+}
+
+// ZeRO-1 with the update on step() (ZeroOptimizer::When::OnStep), as a trainer runs it: backward
+// reduce-scatters, clip_grad_norm() clips by the global norm of the ranks' blocks together, step()
+// updates and all-gathers. Against one process on the global batch with optim::clip_grad_norm and
+// AdamW: the norms, the parameters and the optimizer state of whole parameters (full_state_dict()) agree;
+// a second ZeRO replica resumed from the reference's plain state (load_full_state_dict()) takes the next
+// step like the reference.
+bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options) {
+  constexpr double kMaxNorm = 0.5;  // below the first steps' norms: clipping is exercised
+  auto reference = make_model(s);
+  auto replica = make_model(s);
+  auto ref_opt = make_optimizer(*reference);
+  dist::DistributedDataParallel ddp(replica, pg, options);
+  dist::ZeroOptimizer zero(ddp, make_optimizer(*replica)->param_groups(), make_adamw, dist::ZeroOptimizer::When::OnStep);
+  auto step_both = [&](nn::Module& rep_model, dist::ZeroOptimizer& rep, int step, const std::string& what) {
+    auto [x, y] = global_batch(s, step);
+    ref_opt->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    const double want = optim::clip_grad_norm(reference->named_parameters(), kMaxNorm);
+    ref_opt->step();
+    rep_model.zero_grad();
+    const int64_t begin = s.rank * kPerRankBatch;
+    loss_of(s, rep_model, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    const double got = rep.clip_grad_norm(kMaxNorm);
+    rep.step();
+    if (!(std::abs(got - want) <= 1e-6 * want)) {
+      std::fprintf(stderr, "rank %d: %s: gradient norm %.9g, one process %.9g\n", s.rank, what.c_str(), got, want);
+      return false;
+    }
+    return compare(rep_model, *reference, 1e-6, what, s.rank);
+  };
+  for (int step = 0; step < kSteps; ++step) {
+    if (!step_both(*replica, zero, step, "ZeRO-1 on step(), step " + std::to_string(step))) return false;
+  }
+  if (!compare_named(zero.full_state_dict(), ref_opt->state_dict(), 1e-5, "full_state_dict", s.rank)) return false;
+  // Resume into a fresh replica from the reference's (plain, unsharded) state.
+  auto resumed = make_model(s);
+  {
+    NoGradGuard no_grad;
+    auto from = reference->named_parameters(), to = resumed->named_parameters();
+    for (size_t i = 0; i < to.size(); ++i) to[i].second.copy_(from[i].second);
+  }
+  dist::DistributedDataParallel ddp2(resumed, pg, options);
+  dist::ZeroOptimizer zero2(ddp2, make_optimizer(*resumed)->param_groups(), make_adamw,
+                            dist::ZeroOptimizer::When::OnStep);
+  zero2.load_full_state_dict(ref_opt->state_dict());
+  return step_both(*resumed, zero2, kSteps, "ZeRO-1 resumed from a plain optimizer state");
 }
 
 // Sharded buckets (ZeRO-1's layout): consecutive ranges of one flat gradient buffer (and of one flat
@@ -548,6 +625,13 @@ int main(int argc, char** argv) {
     } else if (mode == "zerostream") {
       // Each bucket's update and all-gather during backward (CUDA; Gloo runs them at the end of backward).
       ok = run_parity(s, pg, o, 2, 1e-6, "ZeRO-1, updates on the update stream", Stepping::kZeroWhenReduced);
+    } else if (mode == "zerostep") {
+      ok = run_zero_on_step(s, pg, o);
+    } else if (mode == "zerosteptiny") {
+      o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
+      ok = run_zero_on_step(s, pg, o);
+    } else if (mode == "zerostepbf16") {
+      ok = run_zero_bf16(s, pg, o, Stepping::kZeroOnStep);
     } else if (mode == "zerostreambf16") {
       ok = run_zero_bf16(s, pg, o, Stepping::kZeroWhenReduced);
     } else if (mode == "unused") {
