@@ -28,6 +28,11 @@ T parse_number(const SafetensorsMetadata& meta, const char* key, const std::stri
 
 void save_checkpoint(const std::string& prefix, const NamedTensors& model_state, const Optimizer* optimizer,
                      const TrainingState& state) {
+  save_checkpoint(prefix, model_state, optimizer ? optimizer->state_dict() : NamedTensors{}, state);
+}
+
+void save_checkpoint(const std::string& prefix, const NamedTensors& model_state, const NamedTensors& optimizer_state,
+                     const TrainingState& state) {
   SafetensorsMetadata meta;
   for (const auto& [k, v] : state.extra) {
     DPT_CHECK(k.rfind("dpt.", 0) != 0, "save_checkpoint: extra key '{}' uses the reserved 'dpt.' prefix", k);
@@ -36,7 +41,7 @@ void save_checkpoint(const std::string& prefix, const NamedTensors& model_state,
   meta[kStep] = std::to_string(state.step);
   meta[kSeed] = std::to_string(state.rng_seed);
   meta[kOffset] = std::to_string(state.rng_offset);
-  save_safetensors(prefix + ".optim.safetensors", optimizer ? optimizer->state_dict() : NamedTensors{}, meta);
+  save_safetensors(prefix + ".optim.safetensors", optimizer_state, meta);
   save_safetensors(prefix + ".model.safetensors", model_state, {{"format", "pt"}, {kStep, std::to_string(state.step)}});
 }
 

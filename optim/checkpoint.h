@@ -28,6 +28,9 @@ struct Checkpoint {
 
 void save_checkpoint(const std::string& prefix, const NamedTensors& model_state, const Optimizer* optimizer,
                      const TrainingState& state);
+// The same with the optimizer's state given (a sharded optimizer's, assembled: distributed/zero_optimizer.h).
+void save_checkpoint(const std::string& prefix, const NamedTensors& model_state, const NamedTensors& optimizer_state,
+                     const TrainingState& state);
 // Reads and validates both files (format, step agreement); errors name the file and the problem.
 Checkpoint load_checkpoint(const std::string& prefix);
 

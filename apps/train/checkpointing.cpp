@@ -51,14 +51,14 @@ std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
 }
 
 std::string save_run_checkpoint(const std::string& dir, const NamedTensors& model_state,
-                                const optim::Optimizer* optimizer, const optim::TrainingState& state, int64_t keep) {
+                                const NamedTensors& optimizer_state, const optim::TrainingState& state, int64_t keep) {
   fs::create_directories(dir);
   const fs::path final_path = checkpoint_path(dir, state.step);
   const fs::path tmp = final_path.string() + fmt::format(".tmp-{}", ::getpid());
   fs::remove_all(tmp);
   fs::create_directories(tmp);
   try {
-    optim::save_checkpoint((tmp / kPrefixName).string(), model_state, optimizer, state);
+    optim::save_checkpoint((tmp / kPrefixName).string(), model_state, optimizer_state, state);
   } catch (...) {
     std::error_code ec;
     fs::remove_all(tmp, ec);

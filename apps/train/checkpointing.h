@@ -34,7 +34,7 @@ std::string checkpoint_path(const std::string& dir, int64_t step);
 // removes every checkpoint newer than it (a stale future of an earlier run) and all but the newest
 // `keep`. Returns the step directory.
 std::string save_run_checkpoint(const std::string& dir, const NamedTensors& model_state,
-                                const optim::Optimizer* optimizer, const optim::TrainingState& state, int64_t keep);
+                                const NamedTensors& optimizer_state, const optim::TrainingState& state, int64_t keep);
 
 // Loads a checkpoint given as a step directory, its "checkpoint" prefix, or one of its two files.
 optim::Checkpoint load_run_checkpoint(const std::string& path);

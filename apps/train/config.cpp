@@ -157,6 +157,9 @@ std::vector<Field> build_schema() {
           .help = "dtype gradients travel in");
   DPT_KEY(Bool, "distributed.find_unused_parameters", distributed.find_unused_parameters,
           .help = "allow parameters that get no gradient");
+  DPT_KEY(Bool, "distributed.zero", distributed.zero,
+          .help = "ZeRO-1: gradients reduce-scattered, each rank updates and keeps optimizer state for 1/N of "
+                  "the parameters, then all-gathers them");
   DPT_KEY(Int, "distributed.timeout_s", distributed.timeout_s, .min = 1, .max = 86400,
           .help = "seconds a collective or rendezvous may take before the rank fails");
   DPT_KEY(Bool, "distributed.debug_checks", distributed.debug_checks,
@@ -768,6 +771,21 @@ class Loader {
     }
   }
 
+  // distributed.zero shards buckets, which are reduce-scattered by NCCL or Gloo in the gradients' dtype.
+  void check_zero(const Config& c) {
+    if (c.training.precision == "fp16") {
+      report("distributed.zero", "needs bf16 or fp32: fp16's loss scaling is not sharded");
+    }
+    if (c.distributed.comm_dtype != "fp32") {
+      report("distributed.zero", fmt::format("communicates in the gradients' dtype: needs distributed.comm_dtype fp32, "
+                                             "got {}",
+                                             c.distributed.comm_dtype));
+    }
+    if (c.distributed.grad_exchange == "copy_engine") {
+      report("distributed.zero", "reduce-scatters through NCCL: needs distributed.grad_exchange nccl or auto");
+    }
+  }
+
   void check_combinations(Config& c) {
     // Steps or epochs.
     if (c.training.epochs > 0) {
@@ -792,6 +810,7 @@ class Loader {
       report("training.device", fmt::format("'{}' requested but no CUDA device is available (use auto or cpu)", dev));
     }
     if (c.training.cuda_graph) check_cuda_graph(c);
+    if (c.distributed.zero) check_zero(c);
     if (c.distributed.backend == "nccl" && dev == "cpu") {
       report("distributed.backend", "nccl needs GPUs but training.device is cpu; use gloo or auto");
     }

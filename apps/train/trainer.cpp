@@ -54,7 +54,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   nn::Module& module = *model_->module();
   const int64_t accum = config_.training.grad_accum;
   // 1. Learning rate.
-  optimizer_->set_lr(schedule_->lr(step));
+  optimizer().set_lr(schedule_->lr(step));
   // 2. Micro-batches. The loss of each is kept on the device (no host sync until step 3). Under
   // training.cuda_graph (one micro-batch), steps after the first kEagerSteps replay a captured one.
   Tensor loss_sum;
@@ -76,10 +76,14 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // gradient (one device flag read) skips the norm: the step will be skipped anyway.
   StepResult r;
   r.loss_scale = mixed_->loss_scale();
-  const bool finite_grads = mixed_->grads_to_master();
+  // Under ZeRO the update reads the averaged (bf16 or float32) gradient blocks themselves, and the norm
+  // is over the ranks' blocks together (a collective); fp16 is refused with it (config).
+  const bool finite_grads = zero_ ? true : mixed_->grads_to_master();
   const NamedTensors& masters = mixed_->master_params();
   const double clip = config_.training.grad_clip;
-  if (!finite_grads) {
+  if (zero_) {
+    r.grad_norm = zero_->clip_grad_norm(clip);
+  } else if (!finite_grads) {
     r.grad_norm = std::numeric_limits<double>::infinity();
   } else if (clip > 0) {
     r.grad_norm = optim::clip_grad_norm(masters, clip);
@@ -100,12 +104,15 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // large. Below a scale of 1 the gradients overflow unscaled, which is divergence, not the scale.
   r.overflow = r.skipped && mixed_->loss_scaler() != nullptr && std::isfinite(r.loss) && r.loss_scale >= 1;
   // 5. Update (a skipped step leaves parameters, optimizer state and its step counter untouched).
-  if (!r.skipped) {
+  if (!r.skipped && zero_) {
+    zero_->step();  // the model's parameters are all-gathered: nothing to copy from the masters
+  } else if (!r.skipped) {
     optimizer_->step();
     mixed_->masters_to_model();
   }
   mixed_->update_scale(r.skipped);
-  optimizer_->zero_grad();
+  // (ZeRO's pieces view DDP's gradient buckets, which the module's zero_grad below clears.)
+  if (!zero_) optimizer_->zero_grad();
   // When the next step replays (or captures: its graph zeroes them itself), a replayed backward overwrites
   // the gradients; a zero_grad here would make that step's first gradient read zero what the replay
   // wrote (apps/train/step_graph.h).
@@ -131,6 +138,12 @@ double Trainer::evaluate() {
 
 std::string Trainer::save(int64_t step) {
   std::string path;
+  // Under ZeRO every rank takes part in assembling the whole masters and optimizer state.
+  NamedTensors zero_state;
+  if (zero_) {
+    zero_->gather_targets();
+    zero_state = zero_->full_state_dict();
+  }
   if (is_main()) {
     // Float32 masters (the true weights under mixed precision) and the persistent buffers.
     NamedTensors state = mixed_->master_params();
@@ -156,7 +169,8 @@ std::string Trainer::save(int64_t step) {
       ts.extra["train.loss_scale"] = fmt::format("{}", scaler->scale());
       ts.extra["train.loss_scale_growth"] = std::to_string(scaler->growth_tracker());
     }
-    path = save_run_checkpoint(config_.checkpoint.dir, state, optimizer_.get(), ts, config_.checkpoint.keep);
+    path = save_run_checkpoint(config_.checkpoint.dir, state, zero_ ? zero_state : optimizer_->state_dict(), ts,
+                               config_.checkpoint.keep);
     progress_->clear();
     spdlog::info("step {}: checkpoint {}", step, path);
   }
@@ -179,7 +193,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
   TrainRecord rec;
   rec.step = step;
   rec.loss = r.loss;
-  rec.lr = optimizer_->lr();
+  rec.lr = optimizer().lr();
   rec.grad_norm = r.grad_norm;
   rec.step_ms = step_seconds * 1e3;
   rec.throughput_per_gpu = units / step_seconds;

@@ -163,38 +163,39 @@ void Trainer::resume_or_start() {
   resume_from_ = std::move(chosen);
 }
 
-void Trainer::setup_optimizer() {
-  mixed_ = std::make_unique<optim::MixedPrecision>(model_->module()->named_parameters(), compute_);
-  const OptimConfig& o = config_.optim;
-  // Matmul weights and embeddings decay, biases and LayerNorm parameters do not (the GPT-2 recipe).
-  auto groups = optim::weight_decay_groups(mixed_->master_params(), o.weight_decay);
+namespace {
+
+// optim.kind over `groups` (the whole model's, or under distributed.zero this rank's pieces of it).
+std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, std::vector<optim::ParamGroup> groups) {
   if (o.kind == "sgd") {
     optim::SgdOptions so;
     so.lr = o.lr;
     so.momentum = o.momentum;
     so.nesterov = o.nesterov;
     so.weight_decay = o.weight_decay;
-    optimizer_ = std::make_unique<optim::SGD>(std::move(groups), so);
-  } else {
-    optim::AdamOptions ao;
-    ao.lr = o.lr;
-    ao.beta1 = o.beta1;
-    ao.beta2 = o.beta2;
-    ao.eps = o.eps;
-    ao.weight_decay = o.weight_decay;
-    if (o.kind == "adamw") {
-      optimizer_ = std::make_unique<optim::AdamW>(std::move(groups), ao);
-    } else {
-      optimizer_ = std::make_unique<optim::Adam>(std::move(groups), ao, /*decoupled_weight_decay=*/false);
-    }
+    return std::make_unique<optim::SGD>(std::move(groups), so);
   }
+  optim::AdamOptions ao;
+  ao.lr = o.lr;
+  ao.beta1 = o.beta1;
+  ao.beta2 = o.beta2;
+  ao.eps = o.eps;
+  ao.weight_decay = o.weight_decay;
+  if (o.kind == "adamw") return std::make_unique<optim::AdamW>(std::move(groups), ao);
+  return std::make_unique<optim::Adam>(std::move(groups), ao, /*decoupled_weight_decay=*/false);
+}
+
+}  // namespace
+
+void Trainer::setup_optimizer() {
+  mixed_ = std::make_unique<optim::MixedPrecision>(model_->module()->named_parameters(), compute_);
+  const OptimConfig& o = config_.optim;
+  // Matmul weights and embeddings decay, biases and LayerNorm parameters do not (the GPT-2 recipe).
+  auto groups = optim::weight_decay_groups(mixed_->master_params(), o.weight_decay);
+  // Under distributed.zero the optimizer is built over this rank's pieces once DDP exists (below).
+  const bool zero = config_.distributed.zero && group_ != nullptr;
+  if (!zero) optimizer_ = make_optimizer(o, groups);
   if (resume_from_) {
-    try {
-      optimizer_->load_state_dict(resume_from_->optimizer);
-    } catch (const std::exception& e) {
-      DPT_FAIL("cannot resume from '{}': its optimizer state does not fit optim.kind {} ({})", resume_path_, o.kind,
-               e.what());
-    }
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
     bad_steps_ = extra_int(*resume_from_, "train.bad_steps");
     // The fp16 loss scale continues where it was (a checkpoint of another precision has none: the
@@ -219,7 +220,6 @@ void Trainer::setup_optimizer() {
           "continues from the same batch index, not the same example",
           config_.training.batch_size, config_.training.grad_accum, saved_batch, saved_accum);
     }
-    resume_from_.reset();  // the tensors are copied; free the host memory
   }
   optim::LrScheduleConfig sc;
   sc.kind = config_.schedule.kind;
@@ -241,6 +241,27 @@ void Trainer::setup_optimizer() {
     // ranks find the overflow, skip the step and back the loss scale off together.
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
     ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
+  }
+  if (zero) {
+    // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
+    zero_ = std::make_unique<dist::ZeroOptimizer>(
+        *ddp_, groups, [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); },
+        dist::ZeroOptimizer::When::OnStep);
+  }
+  if (resume_from_) {
+    // A checkpoint holds the state of whole parameters (ZeRO gathers it when saving): a plain optimizer
+    // takes it as it is, ZeRO takes this rank's pieces of it.
+    try {
+      if (zero_) {
+        zero_->load_full_state_dict(resume_from_->optimizer);
+      } else {
+        optimizer_->load_state_dict(resume_from_->optimizer);
+      }
+    } catch (const std::exception& e) {
+      DPT_FAIL("cannot resume from '{}': its optimizer state does not fit optim.kind {} ({})", resume_path_, o.kind,
+               e.what());
+    }
+    resume_from_.reset();  // the tensors are copied; free the host memory
   }
   if (config_.training.cuda_graph) {
     DPT_CHECK(!ddp_ || std::string(ddp_->exchange_name()) == "nccl",

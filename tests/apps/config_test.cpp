@@ -248,6 +248,23 @@ TEST(ConfigErrors, CudaGraphRefusesWhatAReplayCannotRedo) {
   }
 }
 
+// ZeRO-1 reduce-scatters through NCCL or Gloo in the gradients' dtype and shards no loss scale.
+TEST(ConfigErrors, ZeroRefusesWhatItCannotShard) {
+  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
+      {{"training.precision=fp16"}, "needs bf16 or fp32"},
+      {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"},
+      {{"distributed.grad_exchange=copy_engine"}, "needs distributed.grad_exchange nccl or auto"},
+  };
+  for (const auto& [overrides, message] : cases) {
+    std::vector<std::string> o = overrides;
+    o.push_back("distributed.zero=true");
+    auto p = problems_of("", o, kNoDevice);
+    ASSERT_EQ(p.size(), 1u) << message;
+    EXPECT_NE(p[0].find("distributed.zero"), std::string::npos) << p[0];
+    EXPECT_NE(p[0].find(message), std::string::npos) << p[0];
+  }
+}
+
 TEST(ConfigErrors, CudaWithoutAGpuIsAnError) {
   if (dpt::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   auto p = problems_of("training:\n  device: cuda\n", {}, LoadOptions{});

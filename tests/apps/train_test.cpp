@@ -173,6 +173,21 @@ TEST(TrainCudaGraph, ReplayedStepsReproduceTheEagerRunAndResumeExactly) {
 
 // The same through dpt-run on two GPUs: DDP's AllReduces, launched by the gradient hooks during the
 // capture, are replayed with the graph; the metrics must be the eager DDP run's, digit for digit.
+// ZeRO-1 on two GPUs: the graph holds the reduce-scatters, the trainer steps the shards eagerly.
+TEST(TrainCudaGraph, TwoGpusUnderZeroReproduceTheEagerRunExactly) {
+  if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  ScratchDir eager("graph.zero.eager"), graph("graph.zero.graph");
+  std::vector<std::string> a_args = gpu_gpt(eager, false), b_args = gpu_gpt(graph, true);
+  a_args.push_back("distributed.zero=true");
+  b_args.push_back("distributed.zero=true");
+  RunResult a = train(config_path("char_gpt.yaml"), a_args, 2);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = train(config_path("char_gpt.yaml"), b_args, 2);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  expect_same_history(read_metrics(eager.file("run/metrics.jsonl")), read_metrics(graph.file("run/metrics.jsonl")),
+                      12);
+}
+
 TEST(TrainCudaGraph, TwoGpusUnderDdpReproduceTheEagerRunExactly) {
   if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   ScratchDir eager("graph.ddp.eager"), graph("graph.ddp.graph");
@@ -313,6 +328,58 @@ TEST(TrainDistributed, GradientAccumulationMatchesTheLargerBatch) {
   RunResult b = train(config_path("mlp_synthetic.yaml"), parity_args(accum, 16, 2));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   expect_close_history(read_metrics(big.file("run/metrics.jsonl")), read_metrics(accum.file("run/metrics.jsonl")), 20);
+}
+
+// distributed.zero: the same run as plain DDP (sharded update, clipping by the global norm of the
+// ranks' blocks); its checkpoints hold whole-parameter optimizer state, so a resumed ZeRO run continues
+// exactly and a plain DDP run can continue from them too.
+TEST(TrainDistributed, ZeroShardedOptimizerMatchesDdpAndItsCheckpointsResumeEitherWay) {
+  ScratchDir ddp("zero.ddp"), zero("zero.zero"), resumed("zero.resumed"), plain("zero.plain");
+  auto with_zero = [](std::vector<std::string> args, bool on) {
+    args.push_back(std::string("distributed.zero=") + (on ? "true" : "false"));
+    args.push_back("training.grad_clip=0.05");  // below the run's norms: every step clips
+    return args;
+  };
+  RunResult a = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(ddp, 16, 1), false), 2);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(zero, 16, 1), true), 2);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  expect_close_history(read_metrics(ddp.file("run/metrics.jsonl")), read_metrics(zero.file("run/metrics.jsonl")), 20);
+  for (const ScratchDir* dir : {&resumed, &plain}) {
+    fs::copy(zero.file("run"), dir->file("run"), fs::copy_options::recursive);
+    fs::remove_all(dir->file("run/step_00000020"));
+  }
+  RunResult c = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(resumed, 16, 1), true), 2);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("at step 10"), std::string::npos) << c.output;
+  expect_same_history(read_metrics(zero.file("run/metrics.jsonl")), read_metrics(resumed.file("run/metrics.jsonl")),
+                      20);
+  RunResult d = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(plain, 16, 1), false), 2);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("at step 10"), std::string::npos) << d.output;
+  expect_close_history(read_metrics(zero.file("run/metrics.jsonl")), read_metrics(plain.file("run/metrics.jsonl")),
+                       20);
+}
+
+// Under bf16 each rank's float32 masters are current only for its own shard; a checkpoint must hold them
+// whole (ZeroOptimizer::gather_targets), or the resumed run starts from stale weights.
+TEST(TrainDistributed, ZeroBf16CheckpointsHoldTheWholeMastersAndResumeExactly) {
+  ScratchDir full("zero.bf16.full"), resumed("zero.bf16.resumed");
+  auto args = [](const ScratchDir& dir) {
+    std::vector<std::string> a = parity_args(dir, 16, 1);
+    a.insert(a.end(), {"training.precision=bf16", "distributed.zero=true"});
+    return a;
+  };
+  RunResult a = train(config_path("mlp_synthetic.yaml"), args(full), 2);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("bf16 (float32 masters)"), std::string::npos) << a.output;
+  fs::copy(full.file("run"), resumed.file("run"), fs::copy_options::recursive);
+  fs::remove_all(resumed.file("run/step_00000020"));
+  RunResult b = train(config_path("mlp_synthetic.yaml"), args(resumed), 2);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("at step 10"), std::string::npos) << b.output;
+  expect_same_history(read_metrics(full.file("run/metrics.jsonl")), read_metrics(resumed.file("run/metrics.jsonl")),
+                      20);
 }
 
 // --- failures ----------------------------------------------------------------------------------
