@@ -117,39 +117,10 @@ double relative_difference(const Tensor& a, const Tensor& b) {
   return std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
 }
 
-// The model-wide relative difference (all parameters as one vector) must be within `tol`; each tensor
-// within 100 * tol. Adam's first steps are close to sign descent, so a tensor whose gradients are tiny
-// (the attention key bias, see make_optimizer) turns float32 rounding differences in the gradient
-// into visible differences in its update; the model as a whole stays within `tol`.
-bool compare(const nn::Module& got, const nn::Module& want, double tol, const std::string& what, int rank) {
-  auto g = got.named_parameters(), w = want.named_parameters();
-  double num = 0, den = 0;
-  for (size_t i = 0; i < g.size(); ++i) {
-    auto va = g[i].second.to_vector<double>(), vb = w[i].second.to_vector<double>();
-    double tn = 0, td = 0;
-    for (size_t j = 0; j < va.size(); ++j) {
-      tn += (va[j] - vb[j]) * (va[j] - vb[j]);
-      td += vb[j] * vb[j];
-    }
-    num += tn;
-    den += td;
-    double d = std::sqrt(tn) / std::max(std::sqrt(td), 1e-30);
-    if (!(d <= 100 * tol)) {
-      std::fprintf(stderr, "rank %d: %s: parameter %s differs by %.3g relative (tolerance %.1g)\n", rank,
-                   what.c_str(), g[i].first.c_str(), d, 100 * tol);
-      return false;
-    }
-  }
-  double d = std::sqrt(num) / std::max(std::sqrt(den), 1e-30);
-  if (!(d <= tol)) {
-    std::fprintf(stderr, "rank %d: %s: parameters differ by %.3g relative (tolerance %.1g)\n", rank, what.c_str(), d, tol);
-    return false;
-  }
-  return true;
-}
-
-// Every entry of `want` is in `got` with as many elements; all entries as one vector within `tol` relative,
-// each within 100 * tol (for the reason given at compare()).
+// Every entry of `want` is in `got` with as many elements; all entries as one vector must be within `tol`
+// relative, each tensor within 100 * tol. Adam's first steps are close to sign descent, so a tensor whose
+// gradients are tiny (the attention key bias, see make_optimizer) turns float32 rounding differences in
+// the gradient into visible differences in its update; the model as a whole stays within `tol`.
 bool compare_named(const NamedTensors& got, const NamedTensors& want, double tol, const std::string& what, int rank) {
   std::map<std::string, Tensor> by_name(got.begin(), got.end());
   double num = 0, den = 0;
@@ -180,6 +151,11 @@ bool compare_named(const NamedTensors& got, const NamedTensors& want, double tol
     return false;
   }
   return true;
+}
+
+// The parameters of `got` against those of `want`, as compare_named() compares tensors.
+bool compare(const nn::Module& got, const nn::Module& want, double tol, const std::string& what, int rank) {
+  return compare_named(got.named_parameters(), want.named_parameters(), tol, what, rank);
 }
 
 // How the replica's optimizer steps: after backward; inside backward bucket by bucket
