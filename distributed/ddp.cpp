@@ -259,9 +259,11 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
   first_bucket_of_.assign(params_.size(), 0);
   last_bucket_of_.assign(params_.size(), 0);
   grad_offset_.assign(params_.size(), 0);
-  std::vector<size_t> order;  // parameter indices in flat order
-  std::vector<int64_t> cuts;  // where a bucket may end, before rounding
-  const int64_t cap = std::max<int64_t>(1, static_cast<int64_t>(cap_bytes(options_.bucket_cap_mb) / dtype_size(first.dtype())));
+  // 1. The flat order (specs' order), each gradient's offset in it, and where buckets may end.
+  std::vector<size_t> order;
+  std::vector<int64_t> cuts;  // before rounding to the world size
+  const int64_t cap =
+      std::max<int64_t>(1, static_cast<int64_t>(cap_bytes(options_.bucket_cap_mb) / dtype_size(first.dtype())));
   int64_t total = 0;
   for (const auto& spec : specs) {
     for (size_t i : spec.params) {
@@ -280,6 +282,7 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
     }
     cuts.push_back(total);
   }
+  // 2. The two flat buffers, the parameters moved into theirs.
   const int64_t world = group_->size();
   auto round_up = [world](int64_t n) { return (n + world - 1) / world * world; };
   const int64_t padded = round_up(total);
@@ -291,6 +294,7 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
     slot.copy_(p);
     nn::replace_data(p, slot);
   }
+  // 3. Buckets between consecutive cuts, each listing every parameter it overlaps.
   std::vector<GradBucket> buckets;
   int64_t begin = 0;
   size_t next = 0;  // first parameter (in flat order) that may overlap the next bucket

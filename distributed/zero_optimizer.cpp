@@ -83,18 +83,21 @@ void ZeroOptimizer::on_bucket_reduced(size_t b) {
   }
 }
 
+Device ZeroOptimizer::device() const {
+  const NamedTensors& params = ddp_.parameters();
+  return params.empty() ? Device::cpu() : params.front().second.device();
+}
+
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  DPT_CHECK(when_ == When::OnStep, "ZeroOptimizer::clip_grad_norm: only when the update runs on step() (When::OnStep)");
+  DPT_CHECK(when_ == When::OnStep,
+            "ZeroOptimizer::clip_grad_norm: only when the update runs on step() (When::OnStep)");
   NoGradGuard no_grad;
   // The ranks' blocks are disjoint and together hold every averaged gradient: the squared norm is the sum
   // over ranks of each block's sum of squares.
   std::vector<Tensor> blocks;
   for (const Tensor& g : grad_blocks_) blocks.push_back(g.dtype() == DType::Float32 ? g : g.to(DType::Float32));
   const double local = optim::sum_of_squares(blocks);
-  const Tensor& any = grad_blocks_.empty() ? Tensor() : grad_blocks_.front();
-  Tensor total = from_vector<double>({local}, {1},
-                                     TensorOptions{}.with_dtype(DType::Float64).with_device(
-                                         any.defined() ? any.device() : Device::cpu()));
+  Tensor total = from_vector<double>({local}, {1}, TensorOptions{}.with_dtype(DType::Float64).with_device(device()));
   ddp_.process_group()->allreduce(total, ReduceOp::Sum)->wait();
   const double norm = std::sqrt(total.item());
   if (!std::isfinite(norm) || max_norm <= 0 || norm <= max_norm) return norm;
@@ -111,9 +114,8 @@ void ZeroOptimizer::step() {
 std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::assemble(const std::function<Tensor(size_t)>& local) {
   NoGradGuard no_grad;
   const NamedTensors& params = ddp_.parameters();
-  const Device device = params.empty() ? Device::cpu() : params.front().second.device();
   // Every element is written by the one rank that owns it and is zero elsewhere: the sum is exact.
-  Tensor flat = zeros({flat_elements_}, TensorOptions{}.with_dtype(DType::Float32).with_device(device));
+  Tensor flat = zeros({flat_elements_}, TensorOptions{}.with_dtype(DType::Float32).with_device(device()));
   for (size_t i = 0; i < piece_info_.size(); ++i) {
     const Piece& piece = piece_info_[i];
     flat_range(flat, piece.flat, piece.flat + piece.end - piece.begin).copy_(local(i));

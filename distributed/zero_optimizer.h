@@ -97,6 +97,7 @@ class ZeroOptimizer {
     Tensor target;          // the whole tensor to update (master or parameter)
   };
   void on_bucket_reduced(size_t bucket);
+  Device device() const;  // where the parameters live
   // Every rank's pieces of the same-named tensors assembled: `local(piece)` gives this rank's values of a
   // piece (float32, piece-sized), the result is one float32 tensor per parameter of the groups, shaped
   // like it, in the order of ddp.parameters().
