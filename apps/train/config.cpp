@@ -159,7 +159,7 @@ std::vector<Field> build_schema() {
           .help = "allow parameters that get no gradient");
   DPT_KEY(Bool, "distributed.zero", distributed.zero,
           .help = "ZeRO-1: gradients reduce-scattered, each rank updates and keeps optimizer state for 1/N of "
-                  "the parameters, then all-gathers them");
+                  "the parameters, then all-gathers them (one process: no effect)");
   DPT_KEY(Int, "distributed.timeout_s", distributed.timeout_s, .min = 1, .max = 86400,
           .help = "seconds a collective or rendezvous may take before the rank fails");
   DPT_KEY(Bool, "distributed.debug_checks", distributed.debug_checks,
