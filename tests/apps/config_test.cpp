@@ -229,40 +229,38 @@ TEST(ConfigErrors, BadOverrides) {
   expect_problem("", {"'a..b' is not a dotted key path"}, {"a..b=1"});
 }
 
-// What a replayed CUDA graph cannot redo is refused with the reason, each naming training.cuda_graph.
-TEST(ConfigErrors, CudaGraphRefusesWhatAReplayCannotRedo) {
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"training.device=cpu"}, "needs a GPU, but training.device is cpu"},
-      {{"training.grad_accum=2"}, "needs training.grad_accum 1, got 2"},
-      {{"training.precision=fp16"}, "cannot hold fp16's loss scale"},
-      {{"model.kind=gpt", "data.kind=synthetic_tokens", "model.gpt.dropout=0.1"}, "needs model.gpt.dropout 0, got 0.1"},
-      {{"distributed.grad_exchange=copy_engine"}, "cannot capture DDP's copy-engine exchange"},
-  };
+// With `switch_on` (e.g. "training.cuda_graph=true") set, each case's overrides give exactly one problem,
+// which names the switch's key and contains the case's message.
+using RefusalCases = std::vector<std::pair<std::vector<std::string>, std::string>>;
+void expect_refusals(const std::string& switch_on, const RefusalCases& cases) {
+  const std::string key = switch_on.substr(0, switch_on.find('='));
   for (const auto& [overrides, message] : cases) {
     std::vector<std::string> o = overrides;
-    o.push_back("training.cuda_graph=true");
+    o.push_back(switch_on);
     auto p = problems_of("", o, kNoDevice);
     ASSERT_EQ(p.size(), 1u) << message;
-    EXPECT_NE(p[0].find("training.cuda_graph"), std::string::npos) << p[0];
+    EXPECT_NE(p[0].find(key), std::string::npos) << p[0];
     EXPECT_NE(p[0].find(message), std::string::npos) << p[0];
   }
 }
 
+// What a replayed CUDA graph cannot redo is refused with the reason, each naming training.cuda_graph.
+TEST(ConfigErrors, CudaGraphRefusesWhatAReplayCannotRedo) {
+  expect_refusals("training.cuda_graph=true",
+                  {{{"training.device=cpu"}, "needs a GPU, but training.device is cpu"},
+                   {{"training.grad_accum=2"}, "needs training.grad_accum 1, got 2"},
+                   {{"training.precision=fp16"}, "cannot hold fp16's loss scale"},
+                   {{"model.kind=gpt", "data.kind=synthetic_tokens", "model.gpt.dropout=0.1"},
+                    "needs model.gpt.dropout 0, got 0.1"},
+                   {{"distributed.grad_exchange=copy_engine"}, "cannot capture DDP's copy-engine exchange"}});
+}
+
 // ZeRO-1 reduce-scatters through NCCL or Gloo in the gradients' dtype and shards no loss scale.
 TEST(ConfigErrors, ZeroRefusesWhatItCannotShard) {
-  const std::vector<std::pair<std::vector<std::string>, std::string>> cases = {
-      {{"training.precision=fp16"}, "needs bf16 or fp32"},
-      {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"},
-      {{"distributed.grad_exchange=copy_engine"}, "needs distributed.grad_exchange nccl or auto"},
-  };
-  for (const auto& [overrides, message] : cases) {
-    std::vector<std::string> o = overrides;
-    o.push_back("distributed.zero=true");
-    auto p = problems_of("", o, kNoDevice);
-    ASSERT_EQ(p.size(), 1u) << message;
-    EXPECT_NE(p[0].find("distributed.zero"), std::string::npos) << p[0];
-    EXPECT_NE(p[0].find(message), std::string::npos) << p[0];
-  }
+  expect_refusals("distributed.zero=true",
+                  {{{"training.precision=fp16"}, "needs bf16 or fp32"},
+                   {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"},
+                   {{"distributed.grad_exchange=copy_engine"}, "needs distributed.grad_exchange nccl or auto"}});
 }
 
 TEST(ConfigErrors, CudaWithoutAGpuIsAnError) {
