@@ -139,6 +139,7 @@ TEST(DdpParityCpu, GatheredGradientsNeedDivisibleRows) {
   expect_fails_with(3, "mlp gathered cpu", "not divisible by the world size 3");
 }
 TEST(DdpParityCpu, UnusedParametersDoNotHang) { expect_passes(2, "mlp unused cpu"); }
+TEST(DdpParityCpu, ZeroWithUnusedParametersStraddlingBucketsThreeRanks) { expect_passes(3, "mlp zerounused cpu"); }
 TEST(DdpParityCpu, CopyEngineExchangeOnCpuIsAClearError) {
   expect_fails_with(2, "mlp default cpu copy_engine",
                     "grad_exchange copy_engine is not possible here: the parameters are not on a CUDA device");

@@ -5,7 +5,7 @@
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
 //          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
-//          | zerostep | zerosteptiny | zerostepbf16
+//          | zerostep | zerosteptiny | zerostepbf16 | zerounused
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -509,6 +509,37 @@ bool run_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   return true;
 }
 
+// The same under ZeRO-1 with tiny buckets, so the unused parameter straddles buckets that also hold used
+// ones: the step completes and the used parameters follow the one-process reference.
+bool run_zero_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  auto model = make_model(s);
+  Tensor unused = zeros({8, 8}, TensorOptions{}.with_device(s.device));  // 64 elements: several buckets
+  unused.requires_grad_(true);
+  NamedTensors params = model->named_parameters();
+  params.insert(params.begin(), {"unused.weight", unused});
+  dist::DDPOptions o;
+  o.find_unused_parameters = true;
+  o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
+  dist::DistributedDataParallel ddp(params, model->named_buffers(), pg, o);
+  dist::ZeroOptimizer zero(ddp, optim::AdamW(params, adam_options()).param_groups(), make_adamw,
+                           dist::ZeroOptimizer::When::OnStep);
+  auto reference = make_model(s);
+  auto ref_opt = make_optimizer(*reference);
+  for (int step = 0; step < kSteps; ++step) {
+    auto [x, y] = global_batch(s, step);
+    ref_opt->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    ref_opt->step();
+    model->zero_grad();
+    const int64_t begin = s.rank * kPerRankBatch;
+    loss_of(s, *model, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    zero.step();
+    if (!compare(*model, *reference, 1e-6, "ZeRO-1 with an unused parameter, step " + std::to_string(step), s.rank))
+      return false;
+  }
+  return true;
+}
+
 // Rank 1 builds a wider model: construction must fail on every rank, naming the parameter.
 bool run_mismatch(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   auto model = make_model(s, s.rank == 1 ? 17 : 16);
@@ -630,6 +661,8 @@ int main(int argc, char** argv) {
       ok = run_zero_bf16(s, pg, o, Stepping::kZeroWhenReduced);
     } else if (mode == "unused") {
       ok = run_unused(s, pg);
+    } else if (mode == "zerounused") {
+      ok = run_zero_unused(s, pg);
     } else if (mode == "mismatch") {
       ok = run_mismatch(s, pg);
     } else if (mode == "graph") {
