@@ -23,6 +23,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
   const int64_t world = ddp_.process_group()->size();
   const int64_t rank = ddp_.process_group()->rank();
   pieces_.resize(ddp_.num_buckets());
+  param_flat_.assign(params.size(), -1);
   int64_t bucket_start = 0;  // in the flat layout the buckets slice one after another
   for (size_t b = 0; b < ddp_.num_buckets(); ++b) {
     const GradBucket& bucket = ddp_.bucket(b);
@@ -34,11 +35,12 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
       shard.cover(name, p);
       // The part of this parameter inside this rank's block, in parameter and in bucket coordinates.
       const int64_t offset = bucket.offsets[j];
+      if (param_flat_[bucket.params[j]] < 0) param_flat_[bucket.params[j]] = bucket_start + offset;
       const int64_t lo = std::max(offset, mine_begin), hi = std::min(offset + p.numel(), mine_end);
       if (lo >= hi) continue;
       // The reduce-scattered average lands in the bucket's range.
       pieces_[b].push_back(shard.add(name, p, lo - offset, hi - offset, flat_range(bucket.buffer, lo, hi)));
-      piece_info_.push_back({b, name, lo - offset, hi - offset, bucket_start + lo, target_of_.at(name)});
+      piece_info_.push_back({name, lo - offset, hi - offset, bucket_start + lo});
     }
     bucket_start += bucket.buffer.numel();
   }
@@ -121,19 +123,10 @@ std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::assemble(const std::f
     flat_range(flat, piece.flat, piece.flat + piece.end - piece.begin).copy_(local(i));
   }
   ddp_.process_group()->allreduce(flat, ReduceOp::Sum)->wait();
-  // Each parameter's first element in the flat layout: its offset in the first bucket it lies in.
-  std::vector<int64_t> first(params.size(), -1);
-  int64_t bucket_start = 0;
-  for (size_t b = 0; b < ddp_.num_buckets(); ++b) {
-    const GradBucket& bucket = ddp_.bucket(b);
-    for (size_t j = 0; j < bucket.params.size(); ++j)
-      if (first[bucket.params[j]] < 0) first[bucket.params[j]] = bucket_start + bucket.offsets[j];
-    bucket_start += bucket.buffer.numel();
-  }
   std::vector<std::pair<std::string, Tensor>> out;
   for (size_t i = 0; i < params.size(); ++i) {
     const auto& [name, p] = params[i];
-    out.emplace_back(name, flat.slice(first[i], first[i] + p.numel()).reshape(p.shape()));
+    out.emplace_back(name, flat.slice(param_flat_[i], param_flat_[i] + p.numel()).reshape(p.shape()));
   }
   return out;
 }
@@ -148,7 +141,7 @@ void ZeroOptimizer::gather_targets() {
   if (all_params) return;
   auto whole = assemble([&](size_t i) {
     const Piece& piece = piece_info_[i];
-    return flat_range(piece.target, piece.begin, piece.end).to(DType::Float32);
+    return flat_range(target_of_.at(piece.param), piece.begin, piece.end).to(DType::Float32);
   });
   for (const auto& [name, t] : whole) target_of_.at(name).copy_(t);
 }
@@ -186,9 +179,10 @@ void ZeroOptimizer::load_full_state_dict(const NamedTensors& full) {
       auto it = by_name.find(name);
       DPT_CHECK(it != by_name.end(), "ZeroOptimizer: the optimizer state has no '{}'", name);
       const Tensor& t = it->second;
-      DPT_CHECK(t.numel() == piece.target.numel() && t.is_contiguous(),
+      const int64_t numel = target_of_.at(piece.param).numel();
+      DPT_CHECK(t.numel() == numel && t.is_contiguous(),
                 "ZeroOptimizer: optimizer state '{}' is {}, expected {} elements like the parameter", name,
-                shape_str(t.shape()), piece.target.numel());
+                shape_str(t.shape()), numel);
       shard.emplace_back(state + "." + ShardPieces::piece_name(piece.param, piece.begin, piece.end),
                          flat_range(t, piece.begin, piece.end));
     }

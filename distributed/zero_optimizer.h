@@ -90,11 +90,9 @@ class ZeroOptimizer {
 
  private:
   struct Piece {
-    size_t bucket;
-    std::string param;      // DDP's parameter name
-    int64_t begin, end;     // elements of the parameter
-    int64_t flat;           // where element `begin` lies in the flat layout of all buckets
-    Tensor target;          // the whole tensor to update (master or parameter)
+    std::string param;   // DDP's parameter name
+    int64_t begin, end;  // elements of the parameter
+    int64_t flat;        // where element `begin` lies in the flat layout of all buckets
   };
   void on_bucket_reduced(size_t bucket);
   Device device() const;  // where the parameters live
@@ -111,6 +109,7 @@ class ZeroOptimizer {
   std::unordered_map<std::string, Tensor> target_of_;  // DDP's parameter name -> the tensor to update
   std::vector<Tensor> grad_blocks_;          // [bucket] -> this rank's averaged block of the gradients
   int64_t flat_elements_ = 0;                // all buckets together
+  std::vector<int64_t> param_flat_;          // each DDP parameter's first element in that layout
   std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under DuringBackward)
   std::vector<std::shared_ptr<Work>> gathers_;
   int64_t sharded_elements_ = 0;

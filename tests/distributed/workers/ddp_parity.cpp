@@ -88,6 +88,19 @@ Tensor loss_of(const Setup& s, nn::Module& m, const Tensor& x, const Tensor& y) 
   return nn::cross_entropy_loss(m.forward(x), y);
 }
 
+// Backward of this rank's rows of the global batch (x, y).
+void backward_on_my_rows(const Setup& s, nn::Module& m, const Tensor& x, const Tensor& y) {
+  const int64_t begin = s.rank * kPerRankBatch;
+  loss_of(s, m, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+}
+
+// One step of the single-process reference on the whole global batch.
+void reference_step(const Setup& s, nn::Module& reference, optim::Optimizer& opt, const Tensor& x, const Tensor& y) {
+  opt.zero_grad();
+  loss_of(s, reference, x, y).backward();
+  opt.step();
+}
+
 optim::AdamOptions adam_options() {
   optim::AdamOptions o;
   o.lr = 1e-2;
@@ -199,9 +212,7 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
   }
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = global_batch(s, step);
-    ref_opt->zero_grad();
-    loss_of(s, *reference, x, y).backward();
-    ref_opt->step();
+    reference_step(s, *reference, *ref_opt, x, y);
 
     replica->zero_grad();
     int64_t per_micro = kPerRankBatch / micro_batches;
@@ -262,9 +273,7 @@ bool run_graph(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDP
   constexpr int kEagerSteps = 2;
   for (int step = 0; step < kEagerSteps + kSteps; ++step) {
     auto [x, y] = global_batch(s, step);
-    ref_opt->zero_grad();
-    loss_of(s, *reference, x, y).backward();
-    ref_opt->step();
+    reference_step(s, *reference, *ref_opt, x, y);
 
     const int64_t begin = s.rank * kPerRankBatch;
     Tensor x_mine = x.slice(begin, begin + kPerRankBatch), y_mine = y.slice(begin, begin + kPerRankBatch);
@@ -313,12 +322,11 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
   for (int step = 0; step < kSteps; ++step) {
     auto [x_global, y] = global_batch(s, step);
     Tensor x = s.model_kind == "gpt" ? x_global : x_global.to(DType::BFloat16);  // token ids stay integers
-    reference->zero_grad();
+    reference->zero_grad();  // the bf16 model's gradients: the fused update reads them there
     loss_of(s, *reference, x, y).backward();
     ref_opt.step();
     replica->zero_grad();
-    int64_t begin = s.rank * kPerRankBatch;
-    loss_of(s, *replica, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    backward_on_my_rows(s, *replica, x, y);
     if (on_step) zero->step();
     if (!compare(*replica, *reference, 2e-2, "ZeRO-1 bf16 step " + std::to_string(step), s.rank)) return false;
   }
@@ -364,10 +372,9 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   }
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = global_batch(s, step);
-    int64_t begin = s.rank * kPerRankBatch;
     for (size_t m = 0; m < models.size(); ++m) {
       opts[m]->zero_grad();
-      loss_of(s, *models[m], x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+      backward_on_my_rows(s, *models[m], x, y);
       opts[m]->step();
     }
   }
@@ -398,8 +405,7 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
     const double want = optim::clip_grad_norm(reference->named_parameters(), kMaxNorm);
     ref_opt->step();
     rep_model.zero_grad();
-    const int64_t begin = s.rank * kPerRankBatch;
-    loss_of(s, rep_model, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    backward_on_my_rows(s, rep_model, x, y);
     const double got = rep.clip_grad_norm(kMaxNorm);
     rep.step();
     if (!(std::abs(got - want) <= 1e-6 * want)) {
@@ -491,8 +497,7 @@ bool run_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
     reference->zero_grad();
     loss_of(s, *reference, x, y).backward();
     model->zero_grad();
-    int64_t begin = s.rank * kPerRankBatch;
-    loss_of(s, *model, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    backward_on_my_rows(s, *model, x, y);
     if (!unused.grad().defined() || std::abs(sum(unused.grad()).item()) != 0.0) {
       std::fprintf(stderr, "rank %d: unused parameter's gradient should be zero\n", s.rank);
       return false;
@@ -527,12 +532,9 @@ bool run_zero_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   auto ref_opt = make_optimizer(*reference);
   for (int step = 0; step < kSteps; ++step) {
     auto [x, y] = global_batch(s, step);
-    ref_opt->zero_grad();
-    loss_of(s, *reference, x, y).backward();
-    ref_opt->step();
+    reference_step(s, *reference, *ref_opt, x, y);
     model->zero_grad();
-    const int64_t begin = s.rank * kPerRankBatch;
-    loss_of(s, *model, x.slice(begin, begin + kPerRankBatch), y.slice(begin, begin + kPerRankBatch)).backward();
+    backward_on_my_rows(s, *model, x, y);
     zero.step();
     if (!compare(*model, *reference, 1e-6, "ZeRO-1 with an unused parameter, step " + std::to_string(step), s.rank))
       return false;
