@@ -13,18 +13,13 @@ namespace dpt::dist {
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
                              const Factory& make, When when)
-    : ddp_(ddp), when_(when), gather_group_(ddp.process_group()) {
+    : ddp_(ddp), when_(when), shard_("ZeroOptimizer", groups), gather_group_(ddp.process_group()) {
   NoGradGuard no_grad;
   ddp_.shard_buckets();
-  ShardPieces shard("ZeroOptimizer", groups);
-  for (const auto& group : groups)
-    for (const auto& [name, t] : group.params) target_of_.emplace(name, t);
   const NamedTensors& params = ddp_.parameters();
   const int64_t world = ddp_.process_group()->size();
   const int64_t rank = ddp_.process_group()->rank();
   pieces_.resize(ddp_.num_buckets());
-  param_flat_.assign(params.size(), -1);
-  int64_t bucket_start = 0;  // in the flat layout the buckets slice one after another
   for (size_t b = 0; b < ddp_.num_buckets(); ++b) {
     const GradBucket& bucket = ddp_.bucket(b);
     const int64_t block = bucket.buffer.numel() / world;
@@ -32,21 +27,17 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
     grad_blocks_.push_back(bucket.buffer.slice(mine_begin, mine_end));
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const auto& [name, p] = params[bucket.params[j]];
-      shard.cover(name, p);
+      shard_.cover(name, p);
       // The part of this parameter inside this rank's block, in parameter and in bucket coordinates.
       const int64_t offset = bucket.offsets[j];
-      if (param_flat_[bucket.params[j]] < 0) param_flat_[bucket.params[j]] = bucket_start + offset;
       const int64_t lo = std::max(offset, mine_begin), hi = std::min(offset + p.numel(), mine_end);
       if (lo >= hi) continue;
       // The reduce-scattered average lands in the bucket's range.
-      pieces_[b].push_back(shard.add(name, p, lo - offset, hi - offset, flat_range(bucket.buffer, lo, hi)));
-      piece_info_.push_back({name, lo - offset, hi - offset, bucket_start + lo});
+      pieces_[b].push_back(shard_.add(name, p, lo - offset, hi - offset, flat_range(bucket.buffer, lo, hi)));
     }
-    bucket_start += bucket.buffer.numel();
   }
-  flat_elements_ = bucket_start;
-  sharded_elements_ = shard.elements();
-  inner_ = shard.make_optimizer(make);
+  sharded_elements_ = shard_.elements();
+  inner_ = shard_.make_optimizer(make);
   if (when_ == When::OnStep) return;  // DDP only reduce-scatters; step() does the rest
   if (when_ == When::DuringBackward) {
     // The all-gathers queue behind updates; on the reduce-scatters' communicator they would hold back the
@@ -113,81 +104,12 @@ void ZeroOptimizer::step() {
   for (size_t b = 0; b < ddp_.num_buckets(); ++b) on_bucket_reduced(b);
 }
 
-std::vector<std::pair<std::string, Tensor>> ZeroOptimizer::assemble(const std::function<Tensor(size_t)>& local) {
-  NoGradGuard no_grad;
-  const NamedTensors& params = ddp_.parameters();
-  // Every element is written by the one rank that owns it and is zero elsewhere: the sum is exact.
-  Tensor flat = zeros({flat_elements_}, TensorOptions{}.with_dtype(DType::Float32).with_device(device()));
-  for (size_t i = 0; i < piece_info_.size(); ++i) {
-    const Piece& piece = piece_info_[i];
-    flat_range(flat, piece.flat, piece.flat + piece.end - piece.begin).copy_(local(i));
-  }
-  ddp_.process_group()->allreduce(flat, ReduceOp::Sum)->wait();
-  std::vector<std::pair<std::string, Tensor>> out;
-  for (size_t i = 0; i < params.size(); ++i) {
-    const auto& [name, p] = params[i];
-    out.emplace_back(name, flat.slice(param_flat_[i], param_flat_[i] + p.numel()).reshape(p.shape()));
-  }
-  return out;
-}
-
-void ZeroOptimizer::gather_targets() {
-  NoGradGuard no_grad;
-  // Targets that are DDP's own parameters are whole already (all-gathered after every update); the same
-  // on every rank, so either every rank returns here or none does.
-  const NamedTensors& params = ddp_.parameters();
-  const bool all_params = std::all_of(params.begin(), params.end(),
-                                      [&](const auto& p) { return target_of_.at(p.first).same(p.second); });
-  if (all_params) return;
-  auto whole = assemble([&](size_t i) {
-    const Piece& piece = piece_info_[i];
-    return flat_range(target_of_.at(piece.param), piece.begin, piece.end).to(DType::Float32);
-  });
-  for (const auto& [name, t] : whole) target_of_.at(name).copy_(t);
-}
+void ZeroOptimizer::gather_targets() { shard_.gather_targets(*ddp_.process_group(), ddp_.parameters()); }
 
 NamedTensors ZeroOptimizer::full_state_dict() {
-  NamedTensors shard = inner_->state_dict();
-  // "<state>.<piece>" -> state tensor, per state name.
-  std::unordered_map<std::string, Tensor> entry;
-  NamedTensors full;
-  for (const auto& [key, t] : shard) {
-    if (key == "step") full.emplace_back(key, t);
-    entry.emplace(key, t);
-  }
-  for (const std::string& state : inner_->state_names()) {
-    auto whole = assemble([&](size_t i) {
-      const Piece& piece = piece_info_[i];
-      const Tensor& t = entry.at(state + "." + ShardPieces::piece_name(piece.param, piece.begin, piece.end));
-      return t.reshape({t.numel()}).to(DType::Float32);
-    });
-    for (auto& [name, t] : whole) full.emplace_back(state + "." + name, t);
-  }
-  return full;
+  return shard_.full_state_dict(*inner_, *ddp_.process_group(), ddp_.parameters());
 }
 
-void ZeroOptimizer::load_full_state_dict(const NamedTensors& full) {
-  std::unordered_map<std::string, Tensor> by_name;
-  for (const auto& [name, t] : full) by_name.emplace(name, t);
-  NamedTensors shard;
-  auto step = by_name.find("step");
-  DPT_CHECK(step != by_name.end(), "ZeroOptimizer: the optimizer state has no 'step'");
-  shard.emplace_back("step", step->second);
-  for (const std::string& state : inner_->state_names()) {
-    for (const Piece& piece : piece_info_) {
-      const std::string name = state + "." + piece.param;
-      auto it = by_name.find(name);
-      DPT_CHECK(it != by_name.end(), "ZeroOptimizer: the optimizer state has no '{}'", name);
-      const Tensor& t = it->second;
-      const int64_t numel = target_of_.at(piece.param).numel();
-      DPT_CHECK(t.numel() == numel && t.is_contiguous(),
-                "ZeroOptimizer: optimizer state '{}' is {}, expected {} elements like the parameter", name,
-                shape_str(t.shape()), numel);
-      shard.emplace_back(state + "." + ShardPieces::piece_name(piece.param, piece.begin, piece.end),
-                         flat_range(t, piece.begin, piece.end));
-    }
-  }
-  inner_->load_state_dict(shard);
-}
+void ZeroOptimizer::load_full_state_dict(const NamedTensors& full) { shard_.load_full_state_dict(*inner_, full); }
 
 }  // namespace dpt::dist

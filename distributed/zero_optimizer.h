@@ -43,7 +43,6 @@
 #include <functional>
 #include <memory>
 #include <string>
-#include <unordered_map>
 #include <vector>
 
 #include "distributed/ddp.h"
@@ -89,27 +88,15 @@ class ZeroOptimizer {
   void load_full_state_dict(const NamedTensors& full);
 
  private:
-  struct Piece {
-    std::string param;   // DDP's parameter name
-    int64_t begin, end;  // elements of the parameter
-    int64_t flat;        // where element `begin` lies in the flat layout of all buckets
-  };
   void on_bucket_reduced(size_t bucket);
   Device device() const;  // where the parameters live
-  // Every rank's pieces of the same-named tensors assembled: `local(piece)` gives this rank's values of a
-  // piece (float32, piece-sized), the result is one float32 tensor per parameter of the groups, shaped
-  // like it, in the order of ddp.parameters().
-  std::vector<std::pair<std::string, Tensor>> assemble(const std::function<Tensor(size_t piece)>& local);
 
   DistributedDataParallel& ddp_;
   When when_;
+  ShardPieces shard_;  // this rank's pieces, and whole tensors from every rank's (checkpoints)
   std::unique_ptr<optim::Optimizer> inner_;
   std::vector<std::vector<Tensor>> pieces_;  // [bucket] -> this rank's pieces (the optimizer's parameters)
-  std::vector<Piece> piece_info_;            // every piece of this rank, in the order of pieces_
-  std::unordered_map<std::string, Tensor> target_of_;  // DDP's parameter name -> the tensor to update
   std::vector<Tensor> grad_blocks_;          // [bucket] -> this rank's averaged block of the gradients
-  int64_t flat_elements_ = 0;                // all buckets together
-  std::vector<int64_t> param_flat_;          // each DDP parameter's first element in that layout
   std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under DuringBackward)
   std::vector<std::shared_ptr<Work>> gathers_;
   int64_t sharded_elements_ = 0;
