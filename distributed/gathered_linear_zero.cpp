@@ -1,14 +1,17 @@
 #include "distributed/gathered_linear_zero.h"
 
 #include <algorithm>
+#include <cmath>
 #include <utility>
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/factory.h"
 #include "core/kernels.h"
 #include "core/linear_grad_provider.h"
 #include "distributed/shard_pieces.h"
 #include "layers/linear.h"
+#include "optim/grad_clip.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/stream.h"
 #endif
@@ -85,12 +88,12 @@ std::string param_name(const std::string& path, const char* leaf) { return path.
 }  // namespace
 
 GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
-                                       const Factory& make)
-    : group_(ddp.process_group()) {
+                                       const Factory& make, When when)
+    : ddp_(ddp), when_(when), shard_("GatheredLinearZero", groups), group_(ddp.process_group()) {
   NoGradGuard no_grad;
   DPT_CHECK(ddp.module() != nullptr, "GatheredLinearZero: DDP must wrap a module (its Linear layers are sharded)");
   const int64_t world = group_->size(), rank = group_->rank();
-  ShardPieces shard("GatheredLinearZero", groups);
+  ShardPieces& shard = shard_;
   std::vector<std::pair<std::string, nn::Linear*>> linears;
   collect_linears(ddp.module(), "", linears);
   for (const auto& [path, linear] : linears) {
@@ -113,7 +116,8 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
                                      layer.grad_w.reshape({layer.rows * layer.in})));
     if (layer.bias.defined()) {  // whole on every rank (see the header)
       layer.grad_b = Tensor::empty({layer.out}, layer.bias.options());
-      layer.pieces.push_back(shard.add(param_name(path, "bias"), layer.bias, 0, layer.out, layer.grad_b));
+      layer.pieces.push_back(
+          shard.add(param_name(path, "bias"), layer.bias, 0, layer.out, layer.grad_b, /*replicated=*/true));
     }
     layers_.push_back(std::move(layer));
   }
@@ -182,7 +186,7 @@ void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
             dpre.numel(), layer.dpre_all.numel() / group_->size());
   if (!in_backward_) {
     in_backward_ = true;
-    inner_->begin_step();
+    if (when_ == When::DuringBackward) inner_->begin_step();
   }
   layer.dpre_gather = collective(0, [&] { return group_->allgather(layer.dpre_all, dpre); });
   if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
@@ -230,6 +234,12 @@ void GatheredLinearZero::launch_update(size_t l) {
   layer.x_gather.reset();
   layer.dpre_gather.reset();
   form_gradients(layer);
+  if (when_ == When::DuringBackward) update_and_gather(layer);
+}
+
+// The update of this rank's pieces, then the all-gather of the weight's rows (second communicator, ordered
+// after the update by the process group's event on the current stream).
+void GatheredLinearZero::update_and_gather(Layer& layer) {
   inner_->update(layer.pieces);
   Tensor w = layer.weight.detach();
   param_gathers_.push_back(
@@ -264,6 +274,48 @@ void GatheredLinearZero::finish_backward() {
               "backward (every Linear must take part in the loss)",
               layer.name);
 }
+
+double GatheredLinearZero::clip_grad_norm(double max_norm) {
+  DPT_CHECK(when_ == When::OnStep,
+            "GatheredLinearZero::clip_grad_norm: only when the update runs on step() (When::OnStep)");
+  NoGradGuard no_grad;
+  // Weight rows are disjoint across ranks; every rank holds the same whole bias gradients, counted on rank 0.
+  std::vector<Tensor> mine;
+  for (const Layer& layer : layers_) {
+    mine.push_back(layer.grad_w.to(DType::Float32));
+    if (layer.bias.defined() && group_->rank() == 0) mine.push_back(layer.grad_b.to(DType::Float32));
+  }
+  const double local = optim::sum_of_squares(mine);
+  const Device device = layers_.empty() ? Device::cpu() : layers_.front().weight.device();
+  Tensor total = from_vector<double>({local}, {1}, TensorOptions{}.with_dtype(DType::Float64).with_device(device));
+  group_->allreduce(total, ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(total.item());
+  if (!std::isfinite(norm) || max_norm <= 0 || norm <= max_norm) return norm;
+  const double factor = max_norm / (norm + 1e-6);
+  for (const Layer& layer : layers_) {
+    kernels::unary(kernels::UnaryOp::Scale, layer.grad_w, layer.grad_w, factor);
+    if (layer.bias.defined()) kernels::unary(kernels::UnaryOp::Scale, layer.grad_b, layer.grad_b, factor);
+  }
+  return norm;
+}
+
+void GatheredLinearZero::step() {
+  DPT_CHECK(when_ == When::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
+  NoGradGuard no_grad;
+  inner_->begin_step();
+  for (Layer& layer : layers_) update_and_gather(layer);
+  // CUDA: the current stream waits; Gloo: the host does.
+  for (auto& w : param_gathers_) w->wait();
+  param_gathers_.clear();
+}
+
+void GatheredLinearZero::gather_targets() { shard_.gather_targets(*group_, ddp_.parameters()); }
+
+NamedTensors GatheredLinearZero::full_state_dict() {
+  return shard_.full_state_dict(*inner_, *group_, ddp_.parameters());
+}
+
+void GatheredLinearZero::load_full_state_dict(const NamedTensors& full) { shard_.load_full_state_dict(*inner_, full); }
 
 std::shared_ptr<Work> GatheredLinearZero::collective(int communicator,
                                                      const std::function<std::shared_ptr<Work>()>& issue) {

@@ -24,15 +24,20 @@
 // queues behind an update. The compute stream waits for the update stream and every all-gather at the
 // end of backward: after loss.backward() the step is done, as with ZeroOptimizer.
 //
+// When::OnStep leaves the update to step(), as ZeroOptimizer's mode of that name does: backward forms the
+// gradients of this rank's rows (dW_l, db_l on the update stream) and stops there, and the trainer then
+// clips (clip_grad_norm), skips or steps. step() updates every layer's pieces and all-gathers the weights.
+//
 // Each weight element is updated by exactly one rank, each bias element by every rank alike, from the
 // averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums.
 // Limits: every parameter DDP holds must be a Linear's weight or bias; out_features divisible by the
 // world size; each Linear used once per forward and every forward followed by its backward (x is
 // gathered in forward; evaluate under NoGradGuard); the model on its device and in its compute dtype
 // before construction (weights are found by their storage, core/linear_grad_provider.h); no no_sync
-// accumulation, no gradient clipping; float32 masters of mixed precision stay whole on every rank (only
-// the rows this rank owns are updated there). The step can be captured in a CUDA graph after an eager
-// step (count the inner AdamW's steps on the device). Works on Gloo (CPU) and NCCL.
+// accumulation; gradient clipping only under OnStep; float32 masters of mixed precision stay whole on every
+// rank (only the rows this rank owns are updated there: gather_targets() makes them whole). The
+// DuringBackward step can be captured in a CUDA graph after an eager step (count the inner AdamW's steps
+// on the device). Works on Gloo (CPU) and NCCL.
 #include <functional>
 #include <memory>
 #include <string>
@@ -40,24 +45,37 @@
 
 #include "distributed/ddp.h"
 #include "distributed/shard_pieces.h"
+#include "distributed/sharded_optimizer.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {
 
-class GatheredLinearZero {
+class GatheredLinearZero : public ShardedOptimizer {
  public:
   using Factory = ShardPieces::Factory;  // distributed/shard_pieces.h
+  enum class When { DuringBackward, OnStep };
 
   // `groups`: the parameters to update (DDP's own when float32, or the float32 masters of mixed
   // precision under the same names), as for ZeroOptimizer. `ddp` has already checked that every rank
   // holds the same model and broadcast rank 0's parameters; from here on its buckets stay idle.
-  GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make);
-  ~GatheredLinearZero();
+  GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make,
+                     When when = When::DuringBackward);
+  ~GatheredLinearZero() override;
   GatheredLinearZero(const GatheredLinearZero&) = delete;
   GatheredLinearZero& operator=(const GatheredLinearZero&) = delete;
 
-  optim::Optimizer& optimizer() { return *inner_; }
+  optim::Optimizer& optimizer() override { return *inner_; }
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
+
+  // OnStep only (distributed/sharded_optimizer.h): the norm sums every rank's weight rows and the biases
+  // once.
+  double clip_grad_norm(double max_norm) override;
+  void step() override;
+
+  // Any mode (distributed/sharded_optimizer.h).
+  void gather_targets() override;
+  NamedTensors full_state_dict() override;
+  void load_full_state_dict(const NamedTensors& full) override;
 
   // Called through the layers' providers.
   void on_input(size_t layer, const Tensor& x);
@@ -81,8 +99,12 @@ class GatheredLinearZero {
   std::shared_ptr<Work> collective(int communicator, const std::function<std::shared_ptr<Work>()>& issue);
   void launch_update(size_t layer);
   void form_gradients(Layer& layer);
+  void update_and_gather(Layer& layer);
   void finish_backward();
 
+  DistributedDataParallel& ddp_;
+  When when_;
+  ShardPieces shard_;                          // this rank's pieces, and whole tensors from every rank's
   std::shared_ptr<ProcessGroup> group_;        // x and dpre all-gathers (DDP's group)
   std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
   std::vector<Layer> layers_;

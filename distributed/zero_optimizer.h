@@ -47,11 +47,12 @@
 
 #include "distributed/ddp.h"
 #include "distributed/shard_pieces.h"
+#include "distributed/sharded_optimizer.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {
 
-class ZeroOptimizer {
+class ZeroOptimizer : public ShardedOptimizer {
  public:
   // Builds the inner optimizer over this rank's pieces (distributed/shard_pieces.h).
   using Factory = ShardPieces::Factory;
@@ -68,24 +69,17 @@ class ZeroOptimizer {
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  optim::Optimizer& optimizer() { return *inner_; }  // learning rate, state dict of this rank's shard
+  optim::Optimizer& optimizer() override { return *inner_; }  // learning rate, state dict of this rank's shard
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
 
-  // OnStep only, after backward, on every rank. The global norm of the averaged gradients (the ranks'
-  // blocks together); above max_norm (> 0) they are scaled by max_norm / (norm + 1e-6) as
-  // optim::clip_grad_norm does. A non-finite norm is returned and nothing is scaled.
-  double clip_grad_norm(double max_norm);
-  // OnStep only, on every rank: the update of every bucket and the all-gathers; on return (CUDA: on the
-  // compute stream) the parameters hold the step's values.
-  void step();
+  // OnStep only (distributed/sharded_optimizer.h): the norm sums every rank's blocks.
+  double clip_grad_norm(double max_norm) override;
+  void step() override;
 
-  // Collective (every rank): the targets of `groups` (float32 masters) whole on every rank.
-  void gather_targets();
-  // Collective: the optimizer state of whole parameters, "<state>.<param>" plus "step", on every rank.
-  NamedTensors full_state_dict();
-  // Local: this rank's shard of such a state (from full_state_dict() or a plain optimizer over the same
-  // groups); errors name the first entry missing or misshapen.
-  void load_full_state_dict(const NamedTensors& full);
+  // Any mode (distributed/sharded_optimizer.h).
+  void gather_targets() override;
+  NamedTensors full_state_dict() override;
+  void load_full_state_dict(const NamedTensors& full) override;
 
  private:
   void on_bucket_reduced(size_t bucket);

@@ -124,6 +124,9 @@ TEST(DdpParityCpu, ZeroOnStepClipsAndStepsLikeOneProcessTwoRanks) { expect_passe
 TEST(DdpParityCpu, ZeroOnStepGptThreeRanks) { expect_passes(3, "gpt zerostep cpu"); }
 TEST(DdpParityCpu, ZeroOnStepTinyBucketsThreeRanks) { expect_passes(3, "mlp zerosteptiny cpu"); }
 TEST(DdpParityCpu, ZeroOnStepBf16TwinsGatherTheMasters) { expect_passes(2, "mlp zerostepbf16 cpu"); }
+TEST(DdpParityCpu, GatheredOnStepClipsAndStepsLikeOneProcessTwoRanks) { expect_passes(2, "mlp gatheredstep cpu"); }
+TEST(DdpParityCpu, GatheredOnStepFourRanks) { expect_passes(4, "mlp gatheredstep cpu"); }
+TEST(DdpParityCpu, GatheredOnStepBf16TwinsGatherTheMasters) { expect_passes(2, "mlp gatheredstepbf16 cpu"); }
 TEST(DdpParityCpu, ZeroUpdateStreamTimingFallsBackToBackwardEndOnCpu) { expect_passes(2, "gpt zerostream cpu"); }
 // ZeRO-1 whose Linear gradients are formed from every rank's gathered inputs and output gradients.
 TEST(DdpParityCpu, GatheredGradientsTwoRanks) { expect_passes(2, "mlp gathered cpu"); }
@@ -166,6 +169,8 @@ TEST_F(DdpParityCuda, ZeroUpdateStreamTwoGpus) { expect_passes(2, "gpt zerostrea
 TEST_F(DdpParityCuda, ZeroUpdateStreamBf16TwinsTwoGpus) { expect_passes(2, "gpt zerostreambf16 cuda"); }
 TEST_F(DdpParityCuda, ZeroOnStepGptTwoGpus) { expect_passes(2, "gpt zerostep cuda"); }
 TEST_F(DdpParityCuda, ZeroOnStepBf16TwinsTwoGpus) { expect_passes(2, "gpt zerostepbf16 cuda"); }
+TEST_F(DdpParityCuda, GatheredOnStepTwoGpus) { expect_passes(2, "mlp gatheredstep cuda"); }
+TEST_F(DdpParityCuda, GatheredOnStepBf16TwinsTwoGpus) { expect_passes(2, "mlp gatheredstepbf16 cuda"); }
 // The cases above take the default exchange (NCCL); these pin each path, so both stay covered.
 TEST_F(DdpParityCuda, CopyEngineKnownAveragesTwoGpus) { expect_passes(2, "mlp exchange cuda"); }
 TEST_F(DdpParityCuda, CopyEngineTinyBucketsTwoGpus) { expect_passes(2, "mlp tiny cuda copy_engine"); }

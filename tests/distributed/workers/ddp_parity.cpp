@@ -5,7 +5,7 @@
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
 //          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
-//          | zerostep | zerosteptiny | zerostepbf16 | zerounused
+//          | zerostep | zerosteptiny | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
 //   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
@@ -175,7 +175,25 @@ bool compare(const nn::Module& got, const nn::Module& want, double tol, const st
 // (distributed/overlapped_optimizer.h); or sharded, ZeRO-1 (distributed/zero_optimizer.h), or ZeRO-1 with
 // the Linear gradients formed from gathered inputs (distributed/gathered_linear_zero.h). kZeroWhenReduced:
 // ZeRO-1 with each bucket's update and all-gather during backward (the update stream, a second communicator).
-enum class Stepping { kAfterBackward, kInBackward, kInBackwardWhenReduced, kZero, kZeroWhenReduced, kZeroOnStep, kGathered };
+enum class Stepping {
+  kAfterBackward,
+  kInBackward,
+  kInBackwardWhenReduced,
+  kZero,
+  kZeroWhenReduced,
+  kZeroOnStep,
+  kGathered,
+  kGatheredOnStep
+};
+
+// A sharded optimizer stepped by the caller (the When::OnStep modes): ZeRO-1 or gathered-input gradients.
+std::unique_ptr<dist::ShardedOptimizer> make_on_step(dist::DistributedDataParallel& ddp,
+                                                     const std::vector<optim::ParamGroup>& groups,
+                                                     Stepping stepping) {
+  if (stepping == Stepping::kGatheredOnStep)
+    return std::make_unique<dist::GatheredLinearZero>(ddp, groups, make_adamw, dist::GatheredLinearZero::When::OnStep);
+  return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make_adamw, dist::ZeroOptimizer::When::OnStep);
+}
 
 std::unique_ptr<dist::ZeroOptimizer> make_zero(dist::DistributedDataParallel& ddp,
                                                const std::vector<optim::ParamGroup>& groups,
@@ -313,12 +331,15 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
   optim::ParamGroup all{rep_mp.master_params(), adam_options().weight_decay, 1.0};
   std::unique_ptr<dist::ZeroOptimizer> zero;
   std::unique_ptr<dist::GatheredLinearZero> gathered;
-  if (stepping == Stepping::kGathered) {
+  std::unique_ptr<dist::ShardedOptimizer> sharded;
+  const bool on_step = stepping == Stepping::kZeroOnStep || stepping == Stepping::kGatheredOnStep;
+  if (on_step) {
+    sharded = make_on_step(ddp, std::vector<optim::ParamGroup>{all}, stepping);
+  } else if (stepping == Stepping::kGathered) {
     gathered = std::make_unique<dist::GatheredLinearZero>(ddp, std::vector<optim::ParamGroup>{all}, make_adamw);
   } else {
     zero = make_zero(ddp, std::vector<optim::ParamGroup>{all}, make_adamw, stepping);
   }
-  const bool on_step = stepping == Stepping::kZeroOnStep;
   for (int step = 0; step < kSteps; ++step) {
     auto [x_global, y] = global_batch(s, step);
     Tensor x = s.model_kind == "gpt" ? x_global : x_global.to(DType::BFloat16);  // token ids stay integers
@@ -327,12 +348,12 @@ bool run_zero_bf16(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist:
     ref_opt.step();
     replica->zero_grad();
     backward_on_my_rows(s, *replica, x, y);
-    if (on_step) zero->step();
+    if (on_step) sharded->step();
     if (!compare(*replica, *reference, 2e-2, "ZeRO-1 bf16 step " + std::to_string(step), s.rank)) return false;
   }
   // The float32 masters are current only where this rank updates them until gathered.
   if (on_step) {
-    zero->gather_targets();
+    sharded->gather_targets();
     if (!compare_named(rep_mp.master_params(), ref_mp.master_params(), 2e-2, "gathered masters", s.rank)) return false;
   }
   return true;
@@ -391,14 +412,17 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
 // AdamW: the norms, the parameters and the optimizer state of whole parameters (full_state_dict()) agree;
 // a second ZeRO replica resumed from the reference's plain state (load_full_state_dict()) takes the next
 // step like the reference.
-bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options) {
+// Stepping::kGatheredOnStep: the same of GatheredLinearZero::When::OnStep (the biases' replicated state
+// counted once in the norm and in full_state_dict()).
+bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options,
+                      Stepping stepping = Stepping::kZeroOnStep) {
   constexpr double kMaxNorm = 0.5;  // below the first steps' norms: clipping is exercised
   auto reference = make_model(s);
   auto replica = make_model(s);
   auto ref_opt = make_optimizer(*reference);
   dist::DistributedDataParallel ddp(replica, pg, options);
-  dist::ZeroOptimizer zero(ddp, make_optimizer(*replica)->param_groups(), make_adamw, dist::ZeroOptimizer::When::OnStep);
-  auto step_both = [&](nn::Module& rep_model, dist::ZeroOptimizer& rep, int step, const std::string& what) {
+  auto zero = make_on_step(ddp, make_optimizer(*replica)->param_groups(), stepping);
+  auto step_both = [&](nn::Module& rep_model, dist::ShardedOptimizer& rep, int step, const std::string& what) {
     auto [x, y] = global_batch(s, step);
     ref_opt->zero_grad();
     loss_of(s, *reference, x, y).backward();
@@ -415,9 +439,9 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
     return compare(rep_model, *reference, 1e-6, what, s.rank);
   };
   for (int step = 0; step < kSteps; ++step) {
-    if (!step_both(*replica, zero, step, "ZeRO-1 on step(), step " + std::to_string(step))) return false;
+    if (!step_both(*replica, *zero, step, "sharded on step(), step " + std::to_string(step))) return false;
   }
-  if (!compare_named(zero.full_state_dict(), ref_opt->state_dict(), 1e-5, "full_state_dict", s.rank)) return false;
+  if (!compare_named(zero->full_state_dict(), ref_opt->state_dict(), 1e-5, "full_state_dict", s.rank)) return false;
   // Resume into a fresh replica from the reference's (plain, unsharded) state.
   auto resumed = make_model(s);
   {
@@ -426,10 +450,9 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
     for (size_t i = 0; i < to.size(); ++i) to[i].second.copy_(from[i].second);
   }
   dist::DistributedDataParallel ddp2(resumed, pg, options);
-  dist::ZeroOptimizer zero2(ddp2, make_optimizer(*resumed)->param_groups(), make_adamw,
-                            dist::ZeroOptimizer::When::OnStep);
-  zero2.load_full_state_dict(ref_opt->state_dict());
-  return step_both(*resumed, zero2, kSteps, "ZeRO-1 resumed from a plain optimizer state");
+  auto zero2 = make_on_step(ddp2, make_optimizer(*resumed)->param_groups(), stepping);
+  zero2->load_full_state_dict(ref_opt->state_dict());
+  return step_both(*resumed, *zero2, kSteps, "sharded, resumed from a plain optimizer state");
 }
 
 // Sharded buckets (ZeRO-1's layout): consecutive ranges of one flat gradient buffer (and of one flat
@@ -679,6 +702,10 @@ int main(int argc, char** argv) {
       ok = run_zero_bf16(s, pg, o, Stepping::kGathered);
     } else if (mode == "gatheredgraph") {
       ok = run_graph(s, pg, o, Stepping::kGathered);
+    } else if (mode == "gatheredstep") {
+      ok = run_zero_on_step(s, pg, o, Stepping::kGatheredOnStep);
+    } else if (mode == "gatheredstepbf16") {
+      ok = run_zero_bf16(s, pg, o, Stepping::kGatheredOnStep);
     } else if (mode == "gatheredtwice") {
       ok = run_gathered_twice(s, pg);
     } else if (mode == "exchange") {
