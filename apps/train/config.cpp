@@ -160,6 +160,10 @@ std::vector<Field> build_schema() {
   DPT_KEY(Bool, "distributed.zero", distributed.zero,
           .help = "ZeRO-1: gradients reduce-scattered, each rank updates and keeps optimizer state for 1/N of "
                   "the parameters, then all-gathers them (one process: no effect)");
+  DPT_KEY(Bool, "distributed.gathered_grads", distributed.gathered_grads,
+          .help = "ZeRO-1 for MLPs without reducing gradients: each layer's inputs and output gradients are "
+                  "all-gathered, each rank forms the averaged gradient of its 1/N of every weight's rows, updates "
+                  "them and all-gathers them (one process: no effect)");
   DPT_KEY(Int, "distributed.timeout_s", distributed.timeout_s, .min = 1, .max = 86400,
           .help = "seconds a collective or rendezvous may take before the rank fails");
   DPT_KEY(Bool, "distributed.debug_checks", distributed.debug_checks,
@@ -786,6 +790,31 @@ class Loader {
     }
   }
 
+  // distributed.gathered_grads forms weight gradients from every rank's layer inputs: Linear layers only, one
+  // micro-batch per step, in the compute dtype.
+  void check_gathered(const Config& c) {
+    if (c.distributed.zero) {
+      report("distributed.gathered_grads", "is ZeRO-1 already: set it or distributed.zero, not both");
+    }
+    if (c.model.kind != "mlp") {
+      report("distributed.gathered_grads",
+             fmt::format("shards Linear layers only: needs model.kind mlp, got {}", c.model.kind));
+    }
+    if (c.training.precision == "fp16") {
+      report("distributed.gathered_grads", "needs bf16 or fp32: fp16's loss scaling is not sharded");
+    }
+    if (c.training.grad_accum > 1) {
+      report("distributed.gathered_grads",
+             fmt::format("gathers each micro-batch's inputs for its own update: needs training.grad_accum 1, got {}",
+                         c.training.grad_accum));
+    }
+    if (c.distributed.comm_dtype != "fp32") {
+      report("distributed.gathered_grads",
+             fmt::format("gathers inputs in the compute dtype: needs distributed.comm_dtype fp32, got {}",
+                         c.distributed.comm_dtype));
+    }
+  }
+
   void check_combinations(Config& c) {
     // Steps or epochs.
     if (c.training.epochs > 0) {
@@ -811,6 +840,7 @@ class Loader {
     }
     if (c.training.cuda_graph) check_cuda_graph(c);
     if (c.distributed.zero) check_zero(c);
+    if (c.distributed.gathered_grads) check_gathered(c);
     if (c.distributed.backend == "nccl" && dev == "cpu") {
       report("distributed.backend", "nccl needs GPUs but training.device is cpu; use gloo or auto");
     }

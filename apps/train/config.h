@@ -113,6 +113,9 @@ struct DistributedConfig {
   std::string comm_dtype = "fp32";  // fp32 | bf16 (gradients communicated in bf16, accumulated in fp32)
   bool find_unused_parameters = false;
   bool zero = false;  // ZeRO-1: optimizer state and update sharded across ranks (distributed/zero_optimizer.h)
+  // ZeRO-1 for MLPs without gradient reduction: weight gradients formed from all-gathered layer inputs and
+  // output gradients (distributed/gathered_linear_zero.h)
+  bool gathered_grads = false;
   std::string grad_exchange = "nccl";  // nccl | copy_engine | auto (DDP's bucket averaging on GPUs)
   int64_t timeout_s = 300;    // collective/rendezvous deadline before a rank gives up
   bool debug_checks = false;  // verify before each collective that all ranks agree on (seq, op, count, dtype)

@@ -76,13 +76,13 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // gradient (one device flag read) skips the norm: the step will be skipped anyway.
   StepResult r;
   r.loss_scale = mixed_->loss_scale();
-  // Under ZeRO the update reads the averaged (bf16 or float32) gradient blocks themselves, and the norm
-  // is over the ranks' blocks together (a collective); fp16 is refused with it (config).
-  const bool finite_grads = zero_ ? true : mixed_->grads_to_master();
+  // Sharded, the update reads this rank's averaged (bf16 or float32) gradients themselves, and the norm is
+  // over every rank's together (a collective); fp16 is refused with it (config).
+  const bool finite_grads = sharded_ ? true : mixed_->grads_to_master();
   const NamedTensors& masters = mixed_->master_params();
   const double clip = config_.training.grad_clip;
-  if (zero_) {
-    r.grad_norm = zero_->clip_grad_norm(clip);
+  if (sharded_) {
+    r.grad_norm = sharded_->clip_grad_norm(clip);
   } else if (!finite_grads) {
     r.grad_norm = std::numeric_limits<double>::infinity();
   } else if (clip > 0) {
@@ -104,15 +104,16 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // large. Below a scale of 1 the gradients overflow unscaled, which is divergence, not the scale.
   r.overflow = r.skipped && mixed_->loss_scaler() != nullptr && std::isfinite(r.loss) && r.loss_scale >= 1;
   // 5. Update (a skipped step leaves parameters, optimizer state and its step counter untouched).
-  if (!r.skipped && zero_) {
-    zero_->step();  // the model's parameters are all-gathered: nothing to copy from the masters
+  if (!r.skipped && sharded_) {
+    sharded_->step();  // the model's parameters are all-gathered: nothing to copy from the masters
   } else if (!r.skipped) {
     optimizer_->step();
     mixed_->masters_to_model();
   }
   mixed_->update_scale(r.skipped);
-  // (ZeRO's pieces view DDP's gradient buckets, which the module's zero_grad below clears.)
-  if (!zero_) optimizer_->zero_grad();
+  // (ZeRO's pieces view DDP's gradient buckets, which the module's zero_grad below clears; gathered
+  // gradients are overwritten by the next backward.)
+  if (!sharded_) optimizer_->zero_grad();
   // When the next step replays (or captures: its graph zeroes them itself), a replayed backward overwrites
   // the gradients; a zero_grad here would make that step's first gradient read zero what the replay
   // wrote (apps/train/step_graph.h).
@@ -138,11 +139,11 @@ double Trainer::evaluate() {
 
 std::string Trainer::save(int64_t step) {
   std::string path;
-  // Under ZeRO every rank takes part in assembling the whole masters and optimizer state.
-  NamedTensors zero_state;
-  if (zero_) {
-    zero_->gather_targets();
-    zero_state = zero_->full_state_dict();
+  // Sharded, every rank takes part in assembling the whole masters and optimizer state.
+  NamedTensors sharded_state;
+  if (sharded_) {
+    sharded_->gather_targets();
+    sharded_state = sharded_->full_state_dict();
   }
   if (is_main()) {
     // Float32 masters (the true weights under mixed precision) and the persistent buffers.
@@ -169,7 +170,7 @@ std::string Trainer::save(int64_t step) {
       ts.extra["train.loss_scale"] = fmt::format("{}", scaler->scale());
       ts.extra["train.loss_scale_growth"] = std::to_string(scaler->growth_tracker());
     }
-    path = save_run_checkpoint(config_.checkpoint.dir, state, zero_ ? zero_state : optimizer_->state_dict(), ts,
+    path = save_run_checkpoint(config_.checkpoint.dir, state, sharded_ ? sharded_state : optimizer_->state_dict(), ts,
                                config_.checkpoint.keep);
     progress_->clear();
     spdlog::info("step {}: checkpoint {}", step, path);
@@ -243,13 +244,17 @@ int Trainer::run() {
   spdlog::info("model   {}", model_->description());
   spdlog::info("data    {}: {} training / {} validation examples", data_.train->describe(), data_.train->size(),
                data_.val ? data_.val->size() : 0);
-  spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}", total_steps_,
+  const char* sharding = !sharded_                    ? ""
+                         : config_.distributed.zero ? ", optimizer sharded (ZeRO-1)"
+                                                    : ", optimizer sharded (ZeRO-1 from gathered layer inputs)";
+  spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}{}", total_steps_,
                config_.training.grad_accum, config_.training.batch_size, model_->is_gpt() ? "sequences" : "examples",
                env_.world_size, device_text,
                compute_ == DType::BFloat16  ? "bf16 (float32 masters)"
                : compute_ == DType::Float16 ? "fp16 (float32 masters, dynamic loss scaling)"
                                             : "fp32",
-               env_.world_size > 1 ? fmt::format(", {} via {}", group_->backend_name(device_), env_.source) : "");
+               env_.world_size > 1 ? fmt::format(", {} via {}", group_->backend_name(device_), env_.source) : "",
+               sharding);
   spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
                config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");
   if (start_step_ > 0) spdlog::info("resuming from {} at step {}", resume_path_, start_step_);

@@ -15,6 +15,7 @@
 #include "distributed/ddp.h"
 #include "distributed/env.h"
 #include "distributed/process_group.h"
+#include "distributed/gathered_linear_zero.h"
 #include "distributed/zero_optimizer.h"
 #include "metrics_log.h"
 #include "model_factory.h"
@@ -81,13 +82,14 @@ class Trainer {
   std::optional<optim::Checkpoint> resume_from_;
   std::string resume_path_;
   std::unique_ptr<optim::MixedPrecision> mixed_;
-  std::unique_ptr<optim::Optimizer> optimizer_;  // null under distributed.zero: zero_ holds this rank's shard
-  optim::Optimizer& optimizer() { return zero_ ? zero_->optimizer() : *optimizer_; }
+  // Null under distributed.zero or gathered_grads: sharded_ holds this rank's shard.
+  std::unique_ptr<optim::Optimizer> optimizer_;
+  optim::Optimizer& optimizer() { return sharded_ ? sharded_->optimizer() : *optimizer_; }
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
-  // distributed.zero (with DDP): the update runs on step(), sharded (distributed/zero_optimizer.h).
-  // Declared after ddp_, which it refers to.
-  std::unique_ptr<dist::ZeroOptimizer> zero_;
+  // distributed.zero or gathered_grads (with DDP): the update runs on step(), sharded
+  // (distributed/sharded_optimizer.h). Declared after ddp_, which it refers to.
+  std::unique_ptr<dist::ShardedOptimizer> sharded_;
   // training.cuda_graph: forward and backward replayed from a graph captured after kEagerSteps eager
   // steps of this process (they create the gradients, library handles and DDP's rebuilt buckets).
   static constexpr int64_t kEagerSteps = 2;

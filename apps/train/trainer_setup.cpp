@@ -192,9 +192,10 @@ void Trainer::setup_optimizer() {
   const OptimConfig& o = config_.optim;
   // Matmul weights and embeddings decay, biases and LayerNorm parameters do not (the GPT-2 recipe).
   auto groups = optim::weight_decay_groups(mixed_->master_params(), o.weight_decay);
-  // Under distributed.zero the optimizer is built over this rank's pieces once DDP exists (below).
-  const bool zero = config_.distributed.zero && group_ != nullptr;
-  if (!zero) optimizer_ = make_optimizer(o, groups);
+  // Sharded (distributed.zero or gathered_grads), the optimizer is built over this rank's pieces once DDP
+  // exists (below).
+  const bool sharded = (config_.distributed.zero || config_.distributed.gathered_grads) && group_ != nullptr;
+  if (!sharded) optimizer_ = make_optimizer(o, groups);
   if (resume_from_) {
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
     bad_steps_ = extra_int(*resume_from_, "train.bad_steps");
@@ -242,18 +243,24 @@ void Trainer::setup_optimizer() {
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
     ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
   }
-  if (zero) {
-    // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
-    zero_ = std::make_unique<dist::ZeroOptimizer>(
-        *ddp_, groups, [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); },
-        dist::ZeroOptimizer::When::OnStep);
+  // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
+  auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
+  if (sharded && config_.distributed.zero) {
+    sharded_ = std::make_unique<dist::ZeroOptimizer>(*ddp_, groups, make_shard, dist::ZeroOptimizer::When::OnStep);
+  } else if (sharded) {
+    try {
+      sharded_ =
+          std::make_unique<dist::GatheredLinearZero>(*ddp_, groups, make_shard, dist::GatheredLinearZero::When::OnStep);
+    } catch (const std::exception& e) {
+      DPT_FAIL("distributed.gathered_grads: {}", e.what());
+    }
   }
   if (resume_from_) {
-    // A checkpoint holds the state of whole parameters (ZeRO gathers it when saving): a plain optimizer
-    // takes it as it is, ZeRO takes this rank's pieces of it.
+    // A checkpoint holds the state of whole parameters (a sharded run gathers it when saving): a plain
+    // optimizer takes it as it is, a sharded one this rank's pieces of it.
     try {
-      if (zero_) {
-        zero_->load_full_state_dict(resume_from_->optimizer);
+      if (sharded_) {
+        sharded_->load_full_state_dict(resume_from_->optimizer);
       } else {
         optimizer_->load_state_dict(resume_from_->optimizer);
       }

@@ -263,6 +263,16 @@ TEST(ConfigErrors, ZeroRefusesWhatItCannotShard) {
                    {{"distributed.grad_exchange=copy_engine"}, "needs distributed.grad_exchange nccl or auto"}});
 }
 
+// Gathered-input gradients shard Linear layers, one micro-batch at a time, in the compute dtype.
+TEST(ConfigErrors, GatheredGradsRefuseWhatTheyCannotShard) {
+  expect_refusals("distributed.gathered_grads=true",
+                  {{{"distributed.zero=true"}, "set it or distributed.zero, not both"},
+                   {{"model.kind=gpt", "data.kind=synthetic_tokens"}, "needs model.kind mlp, got gpt"},
+                   {{"training.precision=fp16"}, "needs bf16 or fp32"},
+                   {{"training.grad_accum=2"}, "needs training.grad_accum 1, got 2"},
+                   {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"}});
+}
+
 TEST(ConfigErrors, CudaWithoutAGpuIsAnError) {
   if (dpt::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   auto p = problems_of("training:\n  device: cuda\n", {}, LoadOptions{});

@@ -330,44 +330,59 @@ TEST(TrainDistributed, GradientAccumulationMatchesTheLargerBatch) {
   expect_close_history(read_metrics(big.file("run/metrics.jsonl")), read_metrics(accum.file("run/metrics.jsonl")), 20);
 }
 
-// distributed.zero: the same run as plain DDP (sharded update, clipping by the global norm of the
-// ranks' blocks); its checkpoints hold whole-parameter optimizer state, so a resumed ZeRO run continues
-// exactly and a plain DDP run can continue from them too.
-TEST(TrainDistributed, ZeroShardedOptimizerMatchesDdpAndItsCheckpointsResumeEitherWay) {
-  ScratchDir ddp("zero.ddp"), zero("zero.zero"), resumed("zero.resumed"), plain("zero.plain");
-  auto with_zero = [](std::vector<std::string> args, bool on) {
-    args.push_back(std::string("distributed.zero=") + (on ? "true" : "false"));
+// A sharded run (`switch_key`=true: distributed.zero or distributed.gathered_grads) is the same run as
+// plain DDP (sharded update, clipping by the global norm of every rank's share); its checkpoints hold
+// whole-parameter optimizer state, so a resumed sharded run continues exactly and a plain DDP run can
+// continue from them too. Four classes: gathered gradients give each rank an equal block of every layer's rows.
+void expect_sharded_run_matches_ddp_and_resumes_either_way(const std::string& switch_key, const std::string& banner) {
+  const std::string tag = switch_key.substr(switch_key.find('.') + 1);
+  ScratchDir ddp(tag + ".ddp"), sharded(tag + ".sharded"), resumed(tag + ".resumed"), plain(tag + ".plain");
+  auto with = [&](std::vector<std::string> args, bool on) {
+    args.push_back(switch_key + "=" + (on ? "true" : "false"));
     args.push_back("training.grad_clip=0.05");  // below the run's norms: every step clips
+    args.push_back("data.num_classes=4");
     return args;
   };
-  RunResult a = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(ddp, 16, 1), false), 2);
+  RunResult a = train(config_path("mlp_synthetic.yaml"), with(parity_args(ddp, 16, 1), false), 2);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  RunResult b = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(zero, 16, 1), true), 2);
+  RunResult b = train(config_path("mlp_synthetic.yaml"), with(parity_args(sharded, 16, 1), true), 2);
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  expect_close_history(read_metrics(ddp.file("run/metrics.jsonl")), read_metrics(zero.file("run/metrics.jsonl")), 20);
+  EXPECT_NE(b.output.find(banner), std::string::npos) << b.output;
+  expect_close_history(read_metrics(ddp.file("run/metrics.jsonl")), read_metrics(sharded.file("run/metrics.jsonl")),
+                       20);
   for (const ScratchDir* dir : {&resumed, &plain}) {
-    fs::copy(zero.file("run"), dir->file("run"), fs::copy_options::recursive);
+    fs::copy(sharded.file("run"), dir->file("run"), fs::copy_options::recursive);
     fs::remove_all(dir->file("run/step_00000020"));
   }
-  RunResult c = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(resumed, 16, 1), true), 2);
+  RunResult c = train(config_path("mlp_synthetic.yaml"), with(parity_args(resumed, 16, 1), true), 2);
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("at step 10"), std::string::npos) << c.output;
-  expect_same_history(read_metrics(zero.file("run/metrics.jsonl")), read_metrics(resumed.file("run/metrics.jsonl")),
-                      20);
-  RunResult d = train(config_path("mlp_synthetic.yaml"), with_zero(parity_args(plain, 16, 1), false), 2);
+  expect_same_history(read_metrics(sharded.file("run/metrics.jsonl")),
+                      read_metrics(resumed.file("run/metrics.jsonl")), 20);
+  RunResult d = train(config_path("mlp_synthetic.yaml"), with(parity_args(plain, 16, 1), false), 2);
   ASSERT_EQ(d.exit_code, 0) << d.output;
   EXPECT_NE(d.output.find("at step 10"), std::string::npos) << d.output;
-  expect_close_history(read_metrics(zero.file("run/metrics.jsonl")), read_metrics(plain.file("run/metrics.jsonl")),
+  expect_close_history(read_metrics(sharded.file("run/metrics.jsonl")), read_metrics(plain.file("run/metrics.jsonl")),
                        20);
 }
 
+TEST(TrainDistributed, ZeroShardedOptimizerMatchesDdpAndItsCheckpointsResumeEitherWay) {
+  expect_sharded_run_matches_ddp_and_resumes_either_way("distributed.zero", "optimizer sharded (ZeRO-1)");
+}
+
+TEST(TrainDistributed, GatheredGradientsMatchDdpAndTheirCheckpointsResumeEitherWay) {
+  expect_sharded_run_matches_ddp_and_resumes_either_way("distributed.gathered_grads",
+                                                        "optimizer sharded (ZeRO-1 from gathered layer inputs)");
+}
+
 // Under bf16 each rank's float32 masters are current only for its own shard; a checkpoint must hold them
-// whole (ZeroOptimizer::gather_targets), or the resumed run starts from stale weights.
-TEST(TrainDistributed, ZeroBf16CheckpointsHoldTheWholeMastersAndResumeExactly) {
-  ScratchDir full("zero.bf16.full"), resumed("zero.bf16.resumed");
-  auto args = [](const ScratchDir& dir) {
+// whole (gather_targets), or the resumed run starts from stale weights.
+void expect_bf16_checkpoints_resume_exactly(const std::string& switch_key) {
+  const std::string tag = switch_key.substr(switch_key.find('.') + 1) + ".bf16";
+  ScratchDir full(tag + ".full"), resumed(tag + ".resumed");
+  auto args = [&](const ScratchDir& dir) {
     std::vector<std::string> a = parity_args(dir, 16, 1);
-    a.insert(a.end(), {"training.precision=bf16", "distributed.zero=true"});
+    a.insert(a.end(), {"training.precision=bf16", switch_key + "=true", "data.num_classes=4"});
     return a;
   };
   RunResult a = train(config_path("mlp_synthetic.yaml"), args(full), 2);
@@ -379,6 +394,39 @@ TEST(TrainDistributed, ZeroBf16CheckpointsHoldTheWholeMastersAndResumeExactly) {
   ASSERT_EQ(b.exit_code, 0) << b.output;
   EXPECT_NE(b.output.find("at step 10"), std::string::npos) << b.output;
   expect_same_history(read_metrics(full.file("run/metrics.jsonl")), read_metrics(resumed.file("run/metrics.jsonl")),
+                      20);
+}
+
+TEST(TrainDistributed, ZeroBf16CheckpointsHoldTheWholeMastersAndResumeExactly) {
+  expect_bf16_checkpoints_resume_exactly("distributed.zero");
+}
+
+TEST(TrainDistributed, GatheredBf16CheckpointsHoldTheWholeMastersAndResumeExactly) {
+  expect_bf16_checkpoints_resume_exactly("distributed.gathered_grads");
+}
+
+// Gathered-input gradients on two GPUs: close to plain DDP eagerly (every step clipped), and the graph
+// (the layer-input and output-gradient all-gathers and the row GEMMs on the update stream) reproduces the
+// eager run exactly, with the trainer stepping the shards outside it.
+TEST(TrainCudaGraph, TwoGpusUnderGatheredGradientsMatchDdpAndReproduceTheEagerRunExactly) {
+  if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  ScratchDir ddp("graph.gathered.ddp"), eager("graph.gathered.eager"), graph("graph.gathered.graph");
+  auto args = [](const ScratchDir& dir, bool gathered, bool in_graph) {
+    std::vector<std::string> a = parity_args(dir, 16, 1);
+    a[0] = "training.device=cuda";
+    a.insert(a.end(), {"data.num_classes=4", "training.grad_clip=0.05",
+                       std::string("distributed.gathered_grads=") + (gathered ? "true" : "false"),
+                       std::string("training.cuda_graph=") + (in_graph ? "true" : "false")});
+    return a;
+  };
+  RunResult a = train(config_path("mlp_synthetic.yaml"), args(ddp, false, false), 2);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = train(config_path("mlp_synthetic.yaml"), args(eager, true, false), 2);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  RunResult c = train(config_path("mlp_synthetic.yaml"), args(graph, true, true), 2);
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  expect_close_history(read_metrics(ddp.file("run/metrics.jsonl")), read_metrics(eager.file("run/metrics.jsonl")), 20);
+  expect_same_history(read_metrics(eager.file("run/metrics.jsonl")), read_metrics(graph.file("run/metrics.jsonl")),
                       20);
 }
 
