@@ -405,27 +405,31 @@ TEST(TrainDistributed, GatheredBf16CheckpointsHoldTheWholeMastersAndResumeExactl
   expect_bf16_checkpoints_resume_exactly("distributed.gathered_grads");
 }
 
-// Gathered-input gradients on two GPUs: close to plain DDP eagerly (every step clipped), and the graph
-// (the layer-input and output-gradient all-gathers and the row GEMMs on the update stream) reproduces the
-// eager run exactly, with the trainer stepping the shards outside it.
+// Gathered-input gradients on two GPUs. In float32, close to plain DDP (every step clipped; bf16 would
+// round the two ways of forming dW differently). In bf16, the graph (the layer-input and output-gradient
+// all-gathers and the row GEMMs on the update stream) reproduces the eager run exactly, with the trainer
+// stepping the shards outside it.
 TEST(TrainCudaGraph, TwoGpusUnderGatheredGradientsMatchDdpAndReproduceTheEagerRunExactly) {
   if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
-  ScratchDir ddp("graph.gathered.ddp"), eager("graph.gathered.eager"), graph("graph.gathered.graph");
-  auto args = [](const ScratchDir& dir, bool gathered, bool in_graph) {
+  ScratchDir ddp("graph.gathered.ddp"), fp32("graph.gathered.fp32"), eager("graph.gathered.eager"),
+      graph("graph.gathered.graph");
+  auto args = [](const ScratchDir& dir, const std::string& precision, bool gathered, bool in_graph) {
     std::vector<std::string> a = parity_args(dir, 16, 1);
     a[0] = "training.device=cuda";
-    a.insert(a.end(), {"data.num_classes=4", "training.grad_clip=0.05",
+    a.insert(a.end(), {"data.num_classes=4", "training.grad_clip=0.05", "training.precision=" + precision,
                        std::string("distributed.gathered_grads=") + (gathered ? "true" : "false"),
                        std::string("training.cuda_graph=") + (in_graph ? "true" : "false")});
     return a;
   };
-  RunResult a = train(config_path("mlp_synthetic.yaml"), args(ddp, false, false), 2);
+  RunResult a = train(config_path("mlp_synthetic.yaml"), args(ddp, "fp32", false, false), 2);
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  RunResult b = train(config_path("mlp_synthetic.yaml"), args(eager, true, false), 2);
+  RunResult b = train(config_path("mlp_synthetic.yaml"), args(fp32, "fp32", true, false), 2);
   ASSERT_EQ(b.exit_code, 0) << b.output;
-  RunResult c = train(config_path("mlp_synthetic.yaml"), args(graph, true, true), 2);
+  expect_close_history(read_metrics(ddp.file("run/metrics.jsonl")), read_metrics(fp32.file("run/metrics.jsonl")), 20);
+  RunResult c = train(config_path("mlp_synthetic.yaml"), args(eager, "bf16", true, false), 2);
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  expect_close_history(read_metrics(ddp.file("run/metrics.jsonl")), read_metrics(eager.file("run/metrics.jsonl")), 20);
+  RunResult d = train(config_path("mlp_synthetic.yaml"), args(graph, "bf16", true, true), 2);
+  ASSERT_EQ(d.exit_code, 0) << d.output;
   expect_same_history(read_metrics(eager.file("run/metrics.jsonl")), read_metrics(graph.file("run/metrics.jsonl")),
                       20);
 }
