@@ -93,7 +93,6 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   NoGradGuard no_grad;
   DPT_CHECK(ddp.module() != nullptr, "GatheredLinearZero: DDP must wrap a module (its Linear layers are sharded)");
   const int64_t world = group_->size(), rank = group_->rank();
-  ShardPieces& shard = shard_;
   std::vector<std::pair<std::string, nn::Linear*>> linears;
   collect_linears(ddp.module(), "", linears);
   for (const auto& [path, linear] : linears) {
@@ -111,23 +110,23 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     layer.row0 = rank * layer.rows;
     const TensorOptions opts = layer.weight.options();
     layer.grad_w = Tensor::empty({layer.rows, layer.in}, opts);
-    layer.pieces.push_back(shard.add(param_name(path, "weight"), layer.weight, layer.row0 * layer.in,
+    layer.pieces.push_back(shard_.add(param_name(path, "weight"), layer.weight, layer.row0 * layer.in,
                                      (layer.row0 + layer.rows) * layer.in,
                                      layer.grad_w.reshape({layer.rows * layer.in})));
     if (layer.bias.defined()) {  // whole on every rank (see the header)
       layer.grad_b = Tensor::empty({layer.out}, layer.bias.options());
       layer.pieces.push_back(
-          shard.add(param_name(path, "bias"), layer.bias, 0, layer.out, layer.grad_b, /*replicated=*/true));
+          shard_.add(param_name(path, "bias"), layer.bias, 0, layer.out, layer.grad_b, /*replicated=*/true));
     }
     layers_.push_back(std::move(layer));
   }
   for (const auto& [name, p] : ddp.parameters())
-    DPT_CHECK(shard.covers(name),
+    DPT_CHECK(shard_.covers(name),
               "GatheredLinearZero: parameter '{}' is not a Linear's weight or bias; every "
               "parameter must be (use ZeroOptimizer for other models)",
               name);
-  sharded_elements_ = shard.elements();
-  inner_ = shard.make_optimizer(make);
+  sharded_elements_ = shard_.elements();
+  inner_ = shard_.make_optimizer(make);
 
   std::vector<int> everyone(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;

@@ -35,9 +35,9 @@
 // gathered in forward; evaluate under NoGradGuard); the model on its device and in its compute dtype
 // before construction (weights are found by their storage, core/linear_grad_provider.h); no no_sync
 // accumulation; gradient clipping only under OnStep; float32 masters of mixed precision stay whole on every
-// rank (only the rows this rank owns are updated there: gather_targets() makes them whole). The
-// DuringBackward step can be captured in a CUDA graph after an eager step (count the inner AdamW's steps
-// on the device). Works on Gloo (CPU) and NCCL.
+// rank (only the rows this rank owns are updated there: gather_targets() makes them whole). The step
+// (DuringBackward) or its backward (OnStep) can be captured in a CUDA graph after an eager step (count the
+// inner AdamW's steps on the device when the graph holds updates). Works on Gloo (CPU) and NCCL.
 #include <functional>
 #include <memory>
 #include <string>
