@@ -484,6 +484,22 @@ TEST(TrainFailures, CheckpointsOfAnotherWorldSizeAreRefused) {
   EXPECT_EQ(snapshot(dir.file("run")), before);
 }
 
+// Gathered gradients give each rank an equal block of every layer's rows: 3 classes on 2 processes is an
+// error on every rank naming the switch and the layer, and the run directory is not created.
+TEST(TrainFailures, GatheredGradientsWithRowsThatDoNotSplitAreRefusedAndWriteNothing) {
+  ScratchDir dir("gathered.rows");
+  RunResult r = train(config_path("mlp_synthetic.yaml"),
+                      {"training.device=cpu", "model.mlp.hidden=[16]", "training.steps=4", "schedule.warmup_steps=1",
+                       "data.num_classes=3", "distributed.gathered_grads=true", "checkpoint.dir=" + dir.file("run")},
+                      /*nproc=*/2);
+  EXPECT_NE(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("distributed.gathered_grads: GatheredLinearZero: Linear '2' has 3 output features, not "
+                          "divisible by the world size 2"),
+            std::string::npos)
+      << r.output;
+  EXPECT_FALSE(fs::exists(dir.file("run")));
+}
+
 TEST(TrainFailures, AnInvalidConfigIsOneMessageAndWritesNothing) {
   ScratchDir dir("invalid");
   RunResult r = train(config_path("mlp_synthetic.yaml"), {"model.mlp.hiden=[3]", "checkpoint.dir=" + dir.file("run")});
