@@ -70,8 +70,8 @@ class ShardPieces {
     bool replicated;
   };
   const Tensor& target(const std::string& name, const Tensor& param);
-  // Whole float32 tensors shaped like `params` from every rank's pieces: `local(i)` gives this rank's
-  // values of piece i (float32, piece-sized). Each owned element comes from its one rank and a replicated
+  // Whole float32 tensors shaped like `params` from every rank's pieces: `local(piece)` gives this rank's
+  // values of that piece (float32, piece-sized). Each owned element comes from its one rank and a replicated
   // one from rank 0, every other rank adding zeros, so the sum over ranks is exact.
   NamedTensors assemble(ProcessGroup& group, const NamedTensors& params,
                         const std::function<Tensor(const Piece&)>& local) const;
@@ -81,7 +81,7 @@ class ShardPieces {
   std::vector<optim::ParamGroup> piece_groups_;
   NamedTensors twins_;
   std::set<std::string> covered_;
-  std::vector<Piece> pieces_of_rank_;
+  std::vector<Piece> pieces_of_rank_;  // every piece added, in order
   size_t pieces_ = 0;
   int64_t elements_ = 0;
 };
