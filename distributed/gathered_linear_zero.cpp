@@ -1,17 +1,14 @@
 #include "distributed/gathered_linear_zero.h"
 
 #include <algorithm>
-#include <cmath>
 #include <utility>
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/factory.h"
 #include "core/kernels.h"
 #include "core/linear_grad_provider.h"
 #include "distributed/shard_pieces.h"
 #include "layers/linear.h"
-#include "optim/grad_clip.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/stream.h"
 #endif
@@ -277,25 +274,16 @@ void GatheredLinearZero::finish_backward() {
 double GatheredLinearZero::clip_grad_norm(double max_norm) {
   DPT_CHECK(when_ == When::OnStep,
             "GatheredLinearZero::clip_grad_norm: only when the update runs on step() (When::OnStep)");
-  NoGradGuard no_grad;
   // Weight rows are disjoint across ranks; every rank holds the same whole bias gradients, counted on rank 0.
-  std::vector<Tensor> mine;
+  std::vector<Tensor> counted, scaled;
   for (const Layer& layer : layers_) {
-    mine.push_back(layer.grad_w.to(DType::Float32));
-    if (layer.bias.defined() && group_->rank() == 0) mine.push_back(layer.grad_b.to(DType::Float32));
+    counted.push_back(layer.grad_w);
+    scaled.push_back(layer.grad_w);
+    if (!layer.bias.defined()) continue;
+    if (group_->rank() == 0) counted.push_back(layer.grad_b);
+    scaled.push_back(layer.grad_b);
   }
-  const double local = optim::sum_of_squares(mine);
-  const Device device = layers_.empty() ? Device::cpu() : layers_.front().weight.device();
-  Tensor total = from_vector<double>({local}, {1}, TensorOptions{}.with_dtype(DType::Float64).with_device(device));
-  group_->allreduce(total, ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(total.item());
-  if (!std::isfinite(norm) || max_norm <= 0 || norm <= max_norm) return norm;
-  const double factor = max_norm / (norm + 1e-6);
-  for (const Layer& layer : layers_) {
-    kernels::unary(kernels::UnaryOp::Scale, layer.grad_w, layer.grad_w, factor);
-    if (layer.bias.defined()) kernels::unary(kernels::UnaryOp::Scale, layer.grad_b, layer.grad_b, factor);
-  }
-  return norm;
+  return clip_spread_grad_norm(*group_, counted, scaled, max_norm);
 }
 
 void GatheredLinearZero::step() {

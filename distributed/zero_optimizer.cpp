@@ -1,13 +1,9 @@
 #include "distributed/zero_optimizer.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/factory.h"
-#include "core/kernels.h"
-#include "optim/grad_clip.h"
 
 namespace dpt::dist {
 
@@ -76,27 +72,11 @@ void ZeroOptimizer::on_bucket_reduced(size_t b) {
   }
 }
 
-Device ZeroOptimizer::device() const {
-  const NamedTensors& params = ddp_.parameters();
-  return params.empty() ? Device::cpu() : params.front().second.device();
-}
-
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
   DPT_CHECK(when_ == When::OnStep,
             "ZeroOptimizer::clip_grad_norm: only when the update runs on step() (When::OnStep)");
-  NoGradGuard no_grad;
-  // The ranks' blocks are disjoint and together hold every averaged gradient: the squared norm is the sum
-  // over ranks of each block's sum of squares.
-  std::vector<Tensor> blocks;
-  for (const Tensor& g : grad_blocks_) blocks.push_back(g.dtype() == DType::Float32 ? g : g.to(DType::Float32));
-  const double local = optim::sum_of_squares(blocks);
-  Tensor total = from_vector<double>({local}, {1}, TensorOptions{}.with_dtype(DType::Float64).with_device(device()));
-  ddp_.process_group()->allreduce(total, ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(total.item());
-  if (!std::isfinite(norm) || max_norm <= 0 || norm <= max_norm) return norm;
-  const double factor = max_norm / (norm + 1e-6);
-  for (const Tensor& g : grad_blocks_) kernels::unary(kernels::UnaryOp::Scale, g, g, factor);
-  return norm;
+  // The ranks' blocks are disjoint and together hold every averaged gradient.
+  return clip_spread_grad_norm(*ddp_.process_group(), grad_blocks_, grad_blocks_, max_norm);
 }
 
 void ZeroOptimizer::step() {

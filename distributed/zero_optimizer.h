@@ -83,7 +83,6 @@ class ZeroOptimizer : public ShardedOptimizer {
 
  private:
   void on_bucket_reduced(size_t bucket);
-  Device device() const;  // where the parameters live
 
   DistributedDataParallel& ddp_;
   When when_;
