@@ -165,7 +165,7 @@ void Trainer::resume_or_start() {
 
 namespace {
 
-// optim.kind over `groups` (the whole model's, or under distributed.zero this rank's pieces of it).
+// optim.kind over `groups` (the whole model's, or, sharded, this rank's pieces of it).
 std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, std::vector<optim::ParamGroup> groups) {
   if (o.kind == "sgd") {
     optim::SgdOptions so;
