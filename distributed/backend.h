@@ -34,6 +34,7 @@ struct BackendOptions {
   Milliseconds setup_timeout{0};
   int device = -1;                                  // CUDA device (NCCL); -1: the current device
   std::string local_host;                           // Gloo: address to listen on (reachable by peers)
+  bool copy_engines = false;                        // NCCL: ProcessGroupOptions::copy_engines
 };
 
 class Backend {
@@ -52,6 +53,11 @@ class Backend {
   virtual std::shared_ptr<Work> send(const Tensor& tensor, int dst, int tag, const OpDesc& desc) = 0;
   virtual std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag, const OpDesc& desc) = 0;
   virtual std::shared_ptr<Work> barrier(const OpDesc& desc) = 0;
+  // input and output hold size() blocks each; block r of input goes to rank r, output block r comes from rank r.
+  virtual std::shared_ptr<Work> alltoall(const Tensor& output, const Tensor& input, const OpDesc& desc);
+  // Zeroed flat memory that this backend's communicator can reach on every rank (ProcessGroup::symmetric_zeros).
+  virtual Tensor symmetric_zeros(int64_t numel, const TensorOptions& options);
+  virtual void register_symmetric(const Tensor& tensor);
 };
 
 // Gloo over TCP for CPU tensors. Connects the full mesh through `store` (collective over the group).

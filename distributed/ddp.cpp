@@ -11,6 +11,7 @@
 #include "core/ops.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/stream.h"
+#include "distributed/peer_average.h"
 #endif
 
 namespace dpt::dist {
@@ -167,6 +168,7 @@ bool DistributedDataParallel::decide_peer_exchange() {
 
 const char* DistributedDataParallel::exchange_name() const {
   if (exchange_) return "copy engines";
+  if (ce_group_) return "nccl (copy engines)";
   return params_.empty() || !params_.front().second.device().is_cuda() ? "gloo" : "nccl";
 }
 
@@ -282,12 +284,26 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
     }
     cuts.push_back(total);
   }
-  // 2. The two flat buffers, the parameters moved into theirs.
+  // 2. The two flat buffers, the parameters moved into theirs. Copy engines: cuts on multiples of 64 elements
+  // a rank, so every block starts 16-byte aligned for the averaging kernel; the buffers in symmetric memory.
   const int64_t world = group_->size();
-  auto round_up = [world](int64_t n) { return (n + world - 1) / world * world; };
+  const bool copy_engines = options_.copy_engines && first.device().is_cuda();
+  const int64_t granule = copy_engines ? world * 64 : world;
+  auto round_up = [granule](int64_t n) { return (n + granule - 1) / granule * granule; };
   const int64_t padded = round_up(total);
-  sharded_grads_ = zeros({padded}, first.options());
-  Tensor values = zeros({padded}, first.options());
+  if (copy_engines && !ce_group_) {
+    std::vector<int> everyone(static_cast<size_t>(world));
+    std::iota(everyone.begin(), everyone.end(), 0);
+    ProcessGroupOptions ce_options = group_->options();
+    ce_options.copy_engines = true;
+    ce_group_ = group_->new_group(everyone, ce_options);
+  }
+  auto flat_zeros = [&] { return copy_engines ? ce_group_->symmetric_zeros(padded, first.options())
+                                              : zeros({padded}, first.options()); };
+  sharded_grads_ = flat_zeros();
+  Tensor values = flat_zeros();
+  sharded_params_ = values;
+  if (copy_engines) ce_received_ = flat_zeros();
   for (size_t i : order) {
     const Tensor& p = params_[i].second;
     Tensor slot = values.slice(grad_offset_[i], grad_offset_[i] + p.numel()).reshape(p.shape());
@@ -304,6 +320,7 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
     GradBucket bucket;
     bucket.buffer = sharded_grads_.slice(begin, end);
     bucket.param_buffer = values.slice(begin, end);
+    bucket.flat_begin = begin;
     while (next < order.size() && grad_offset_[order[next]] + params_[order[next]].second.numel() <= begin) ++next;
     for (size_t k = next; k < order.size() && grad_offset_[order[k]] < end; ++k) {
       const size_t i = order[k];
@@ -424,7 +441,13 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
     // Gloo backend both accept the output inside the input at offset rank * block).
     const int64_t block = payload.numel() / group_->size();
     const int64_t mine = group_->rank() * block;
-    bucket.work = group_->reduce_scatter(payload.slice(mine, mine + block), payload, op);
+    if (ce_group_) {
+      // Every rank's block r lands in rank r's receive buffer; average_received() sums them after `work`.
+      bucket.received = ce_received_.slice(bucket.flat_begin, bucket.flat_begin + payload.numel());
+      bucket.work = ce_group_->alltoall(bucket.received, payload);
+    } else {
+      bucket.work = group_->reduce_scatter(payload.slice(mine, mine + block), payload, op);
+    }
   } else {
     bucket.work = group_->allreduce(payload, op);
   }
@@ -444,6 +467,22 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
   }
 }
 
+// On the stream that just waited for the bucket's all-to-all: this rank's block of the bucket becomes the
+// mean of every rank's copy of it, summed in rank order in float32 (the same on every rank, and for two
+// ranks the correctly rounded mean, as ncclAvg gives).
+void DistributedDataParallel::average_received(GradBucket& bucket) {
+  if (!bucket.received.defined()) return;
+#ifdef DPT_HAVE_CUDA
+  const int world = group_->size();
+  const int64_t block = bucket.buffer.numel() / world;
+  const size_t bytes = static_cast<size_t>(block) * dtype_size(bucket.buffer.dtype());
+  std::vector<const void*> copies;
+  for (int r = 0; r < world; ++r) copies.push_back(static_cast<const char*>(bucket.received.data_ptr()) + r * bytes);
+  void* mine = static_cast<char*>(bucket.buffer.data_ptr()) + group_->rank() * bytes;
+  peer_average(mine, copies, block, bucket.buffer.dtype(), cuda::current_stream(bucket.buffer.device().index));
+#endif
+}
+
 std::vector<Tensor> DistributedDataParallel::bucket_params(const GradBucket& bucket) const {
   std::vector<Tensor> params;
   for (size_t i : bucket.params) params.push_back(params_[i].second);
@@ -458,6 +497,7 @@ void DistributedDataParallel::run_hook_when_reduced(size_t index, GradBucket& bu
   if (!update_stream_) update_stream_ = std::make_unique<UpdateStream>(device);
   cuda::StreamGuard on_updates(update_stream_->stream, device);  // the form allowed during graph capture
   bucket.work->wait();
+  average_received(bucket);
   if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
   bucket_hook_(index, bucket_params(bucket));
   bucket.hooked = true;
@@ -517,6 +557,7 @@ void DistributedDataParallel::finish_backward() {
       continue;
     }
     bucket.work->wait();
+    average_received(bucket);
     if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
     bucket.work.reset();
     if (bucket_hook_) bucket_hook_(b, bucket_params(bucket));

@@ -52,6 +52,13 @@ struct DDPOptions {
   bool rebuild_buckets = true;      // after the first iteration, in observed ready order
   bool broadcast_buffers = true;
   GradExchange grad_exchange = GradExchange::Nccl;
+  // Sharded buckets (shard_buckets, ZeRO-1) on CUDA: move the bytes of the reduce-scatters and of the
+  // all-gathers with the copy engines, not with NCCL kernels beside backward's. The buckets live in NCCL
+  // symmetric memory and go through a communicator with the zero-CTA policy (NCCL 2.28+, one host, GPUs with
+  // peer access; elsewhere NCCL falls back to its kernels). A reduce-scatter becomes an all-to-all into a
+  // receive buffer as large as the gradients, then one averaging kernel per bucket. No effect on unsharded
+  // buckets or Gloo.
+  bool copy_engines = false;
 };
 
 // Per-bucket timing on CUDA, to show communication overlapping backward (see overlap_report()).
@@ -120,6 +127,10 @@ class DistributedDataParallel {
   const GradBucket& bucket(size_t b) const { return buckets_.at(b); }
   const NamedTensors& parameters() const { return params_; }  // those that require grad, in order
   const std::shared_ptr<ProcessGroup>& process_group() const { return group_; }
+  // Sharded buckets: the group that exchanges them (DDPOptions::copy_engines: its own copy-engine group,
+  // whose symmetric windows hold the flat gradients and parameters), and the flat parameters.
+  const std::shared_ptr<ProcessGroup>& sharded_exchange_group() const { return ce_group_ ? ce_group_ : group_; }
+  const Tensor& sharded_parameters() const { return sharded_params_; }
 
   size_t num_buckets() const { return buckets_.size(); }
   // What averages the buckets now: "copy engines", "nccl" or "gloo".
@@ -133,6 +144,7 @@ class DistributedDataParallel {
 
  private:
   void verify_same_model_across_ranks();
+  void average_received(GradBucket& bucket);
   bool decide_peer_exchange();
   void broadcast_from_rank0();
   void build_buckets(const std::vector<size_t>& order);
@@ -161,6 +173,11 @@ class DistributedDataParallel {
   std::vector<size_t> first_bucket_of_, last_bucket_of_;
   std::vector<int64_t> grad_offset_;
   Tensor sharded_grads_;
+  Tensor sharded_params_;
+  // DDPOptions::copy_engines with sharded CUDA buckets: the all-to-alls' group and their receive buffer
+  // (world blocks per bucket, laid out like sharded_grads_).
+  std::shared_ptr<ProcessGroup> ce_group_;
+  Tensor ce_received_;
   std::vector<bool> ready_;              // parameter's gradient final in this backward
   std::vector<size_t> ready_order_;      // observed in the first synchronised backward
   size_t next_to_launch_ = 0;

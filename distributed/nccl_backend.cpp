@@ -50,6 +50,7 @@ std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Store>, int, int, con
 #include <thread>
 
 #include "core/cuda/check.h"
+#include "core/factory.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda/stream.h"
 #include "distributed/nccl_check.h"
@@ -73,6 +74,28 @@ ncclDataType_t nccl_dtype(DType dtype) {
   }
   DPT_FAIL("NCCL: unsupported dtype {}", dtype_name(dtype));
 }
+
+// NCCL 2.28 brought symmetric windows with the zero-CTA policy that routes all-gathers and all-to-alls
+// between windows to the copy engines. Older NCCL: plain memory and kernels.
+#if NCCL_VERSION_CODE >= NCCL_VERSION(2, 28, 0)
+#define DPT_NCCL_HAS_COPY_ENGINES 1
+#else
+#define DPT_NCCL_HAS_COPY_ENGINES 0
+#endif
+
+// Memory from ncclMemAlloc (physical memory NCCL can map into its peers' address space), freed when the
+// last tensor viewing it goes. A communicator that registered it keeps its own reference to the physical
+// pages until it deregisters, so the order of the two releases does not matter.
+struct SymmetricBlock {
+  void* ptr = nullptr;
+  int device = 0;
+  ~SymmetricBlock() {
+#if DPT_NCCL_HAS_COPY_ENGINES
+    cuda::DeviceGuard guard(device);
+    ncclMemFree(ptr);
+#endif
+  }
+};
 
 ncclRedOp_t nccl_op(ReduceOp op) {
   switch (op) {
@@ -204,6 +227,9 @@ class NcclBackend : public Backend {
     // are the watchdog's business, and ncclCommAbort works on blocking communicators as well.
     ncclConfig_t op_config = NCCL_CONFIG_INITIALIZER;
     op_config.blocking = 1;
+#if DPT_NCCL_HAS_COPY_ENGINES
+    if (options.copy_engines) op_config.CTAPolicy = NCCL_CTA_POLICY_ZERO;
+#endif
     ncclComm_t op_comm = nullptr;
     ncclResult_t split = ncclCommSplit(setup_comm_, 0, rank_, &op_comm, &op_config);
     if (split != ncclSuccess && split != ncclInProgress) {
@@ -258,6 +284,9 @@ class NcclBackend : public Backend {
       // Healthy: let the last operations finish (bounded), then release the communicator.
       bool drained = drain_pending(Clock::now() + timeout_);
       if (drained && state_->get_error().empty()) {
+#if DPT_NCCL_HAS_COPY_ENGINES
+        for (ncclWindow_t w : windows_) ncclCommWindowDeregister(comm_, w);
+#endif
         ncclCommDestroy(comm_);
       } else {
         ncclCommAbort(comm_);
@@ -319,6 +348,60 @@ class NcclBackend : public Backend {
       DPT_NCCL_CHECK_COMM(ncclRecv(t.data_ptr(), static_cast<size_t>(t.numel()), nccl_dtype(t.dtype()), src, comm_, s),
                           comm_);
     });
+  }
+
+  std::shared_ptr<Work> alltoall(const Tensor& output, const Tensor& input, const OpDesc& desc) override {
+    const size_t block = static_cast<size_t>(input.numel() / size_);
+    return launch(desc, {output, input}, false, [&](cudaStream_t s) {
+#if DPT_NCCL_HAS_COPY_ENGINES
+      DPT_NCCL_CHECK_COMM(ncclAlltoAll(input.data_ptr(), output.data_ptr(), block, nccl_dtype(input.dtype()), comm_, s),
+                          comm_);
+#else
+      const size_t bytes = block * dtype_size(input.dtype());
+      for (int r = 0; r < size_; ++r) {
+        DPT_NCCL_CHECK_COMM(ncclSend(static_cast<const char*>(input.data_ptr()) + r * bytes, block,
+                                     nccl_dtype(input.dtype()), r, comm_, s), comm_);
+        DPT_NCCL_CHECK_COMM(ncclRecv(static_cast<char*>(output.data_ptr()) + r * bytes, block,
+                                     nccl_dtype(input.dtype()), r, comm_, s), comm_);
+      }
+#endif
+    });
+  }
+
+  Tensor symmetric_zeros(int64_t numel, const TensorOptions& options) override {
+#if DPT_NCCL_HAS_COPY_ENGINES
+    DPT_CHECK(options.device.is_cuda() && options.device.index == device_,
+              "symmetric_zeros: this communicator serves cuda:{}, asked for {}", device_, options.device.str());
+    cuda::DeviceGuard guard(device_);
+    const size_t bytes = static_cast<size_t>(numel) * dtype_size(options.dtype);
+    auto block = std::make_shared<SymmetricBlock>();
+    block->device = device_;
+    DPT_NCCL_CHECK(ncclMemAlloc(&block->ptr, bytes));
+    // Zeroed and finished before any peer can map it (a late fill would wipe what a peer wrote).
+    DPT_CUDA_CHECK(cudaMemsetAsync(block->ptr, 0, bytes, comm_stream_));
+    DPT_CUDA_CHECK(cudaStreamSynchronize(comm_stream_));
+    Tensor t = from_blob(block->ptr, {numel}, options, [block](void*) {});
+    register_symmetric(t);
+    return t;
+#else
+    return Backend::symmetric_zeros(numel, options);
+#endif
+  }
+
+  void register_symmetric(const Tensor& tensor) override {
+#if DPT_NCCL_HAS_COPY_ENGINES
+    cuda::DeviceGuard guard(device_);
+    ncclWindow_t window = nullptr;
+    const size_t bytes = static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype());
+    ncclResult_t result = ncclCommWindowRegister(comm_, tensor.data_ptr(), bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
+    DPT_CHECK(result == ncclSuccess, "register_symmetric: NCCL could not register {} bytes at {} as a symmetric "
+              "window ({}); the tensor must come from ProcessGroup::symmetric_zeros", bytes, tensor.data_ptr(),
+              ncclGetErrorString(result));
+    // Without symmetric support (GPUs without peer access, several hosts) NCCL registers nothing.
+    if (window != nullptr) windows_.push_back(window);
+#else
+    (void)tensor;
+#endif
   }
 
   // An allreduce of one element; its Work blocks the host in wait(), as a barrier should.
@@ -513,6 +596,9 @@ class NcclBackend : public Backend {
   ncclComm_t comm_ = nullptr;        // blocking, every operation
   cudaStream_t comm_stream_ = nullptr;
   std::atomic<bool> aborted_{false};
+#if DPT_NCCL_HAS_COPY_ENGINES
+  std::vector<ncclWindow_t> windows_;  // symmetric windows registered on comm_, deregistered before it goes
+#endif
 
   std::mutex launch_mutex_;  // one enqueue at a time (the ready_ event is shared)
   std::unique_ptr<cuda::CudaEvent> ready_;  // orders the comm stream after the caller's, or the reverse

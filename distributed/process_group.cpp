@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstdlib>
 
+#include "core/factory.h"
 #include "distributed/socket.h"
 
 namespace dpt::dist {
@@ -62,6 +63,7 @@ Backend& ProcessGroup::backend_for(Device device) {
   bo.setup_timeout = options_.store_timeout;
   bo.device = options_.cuda_device >= 0 ? options_.cuda_device : (device.is_cuda() ? device.index : -1);
   bo.local_host = local_host_;
+  bo.copy_engines = options_.copy_engines;
   if (use_nccl) {
     DPT_CHECK(device.is_cuda(), "process group: the NCCL backend needs CUDA tensors, found a tensor on {}",
               device.str());
@@ -213,7 +215,45 @@ std::shared_ptr<Work> ProcessGroup::barrier() {
   return backend_for(device).barrier(desc);
 }
 
+std::shared_ptr<Work> ProcessGroup::alltoall(const Tensor& output, const Tensor& input, bool async_op) {
+  check_tensor(output, "alltoall", "output");
+  check_tensor(input, "alltoall", "input");
+  DPT_CHECK(output.dtype() == input.dtype(), "alltoall: output dtype {} differs from input dtype {}",
+            dtype_name(output.dtype()), dtype_name(input.dtype()));
+  DPT_CHECK(output.device() == input.device(), "alltoall: output on {} but input on {}", output.device().str(),
+            input.device().str());
+  DPT_CHECK(output.numel() == input.numel() && input.numel() % size_ == 0,
+            "alltoall: input and output must hold {} equal blocks each, found {} and {} elements", size_,
+            input.numel(), output.numel());
+  auto desc = next_op("alltoall", fmt::format("{} per rank", tensor_detail(output)), async_op);
+  if (options_.debug_collectives)
+    check_agreement(desc, fmt::format("alltoall of {} x {}", input.numel(), dtype_name(input.dtype())));
+  return backend_for(input.device()).alltoall(output, input, desc);
+}
+
+Tensor ProcessGroup::symmetric_zeros(int64_t numel, const TensorOptions& options) {
+  DPT_CHECK(numel > 0, "symmetric_zeros: {} elements", numel);
+  return backend_for(options.device).symmetric_zeros(numel, options);
+}
+
+void ProcessGroup::register_symmetric(const Tensor& tensor) {
+  check_tensor(tensor, "register_symmetric", "tensor");
+  backend_for(tensor.device()).register_symmetric(tensor);
+}
+
+std::shared_ptr<Work> Backend::alltoall(const Tensor&, const Tensor&, const OpDesc& desc) {
+  DPT_FAIL("{}: the {} backend has no alltoall (NCCL only)", desc.description, name());
+}
+
+Tensor Backend::symmetric_zeros(int64_t numel, const TensorOptions& options) { return zeros({numel}, options); }
+
+void Backend::register_symmetric(const Tensor&) {}
+
 std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
+  return new_group(std::move(ranks), options_);
+}
+
+std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, ProcessGroupOptions options) {
   std::sort(ranks.begin(), ranks.end());
   ranks.erase(std::unique(ranks.begin(), ranks.end()), ranks.end());
   DPT_CHECK(!ranks.empty(), "new_group: the rank list is empty");
@@ -229,7 +269,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks) {
   int sub_rank = static_cast<int>(it - ranks.begin());
   int sub_size = static_cast<int>(ranks.size());
   auto sub_store = std::make_shared<PrefixStore>("group" + std::to_string(id), store_, sub_rank, sub_size);
-  return std::make_shared<ProcessGroup>(sub_store, sub_rank, sub_size, options_, local_host_);
+  return std::make_shared<ProcessGroup>(sub_store, sub_rank, sub_size, std::move(options), local_host_);
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const DistEnv& env, ProcessGroupOptions options) {

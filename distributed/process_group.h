@@ -38,6 +38,10 @@ struct ProcessGroupOptions {
   Milliseconds store_timeout = kDefaultStoreTimeout; // rendezvous and debug-mode checks
   bool debug_collectives = false;  // also turned on by the environment variable DPT_DEBUG_COLLECTIVES=1
   int cuda_device = -1;            // device of the NCCL communicator; -1: the current device
+  // NCCL 2.28+: the communicator's zero-CTA policy. All-gathers and all-to-alls between symmetric tensors
+  // (symmetric_zeros) of the GPUs of one host then move their bytes with the copy engines, with no kernel
+  // on the SMs; other operations are unchanged. No effect on Gloo.
+  bool copy_engines = false;
 };
 
 class ProcessGroup {
@@ -70,10 +74,23 @@ class ProcessGroup {
   std::shared_ptr<Work> recv(const Tensor& tensor, int src, int tag = 0);
   // On the CPU backend unless options.backend is "nccl"; wait() blocks the host either way.
   std::shared_ptr<Work> barrier();
+  // NCCL only. input and output hold size() equal blocks: input block r goes to rank r, and output block r
+  // is rank r's input block rank().
+  std::shared_ptr<Work> alltoall(const Tensor& output, const Tensor& input, bool async_op = true);
+
+  // A zeroed flat tensor that NCCL can address on every rank of this group: allocated by ncclMemAlloc and
+  // registered as a symmetric window of this group's communicator (the same offsets must be used on every
+  // rank). What copy-engine collectives (ProcessGroupOptions::copy_engines) and NCCL's symmetric kernels
+  // need. Collective. CPU tensors, or NCCL older than 2.28: plain zeros.
+  Tensor symmetric_zeros(int64_t numel, const TensorOptions& options);
+  // Registers a tensor from another group's symmetric_zeros with this group's communicator too. Collective.
+  void register_symmetric(const Tensor& tensor);
 
   // A group of a subset of this group's ranks (given as ranks of this group). Collective: every rank
   // of this group must call it, with the same list; ranks outside the list get nullptr.
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
+  // The same with other options (for example copy_engines) than this group's.
+  std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, ProcessGroupOptions options);
 
   // The backend that serves tensors on `device` ("gloo" or "nccl"), creating it on first use.
   std::string backend_name(Device device);

@@ -9,9 +9,10 @@ namespace dpt::dist {
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
                              const Factory& make, When when)
-    : ddp_(ddp), when_(when), shard_("ZeroOptimizer", groups), gather_group_(ddp.process_group()) {
+    : ddp_(ddp), when_(when), shard_("ZeroOptimizer", groups) {
   NoGradGuard no_grad;
   ddp_.shard_buckets();
+  gather_group_ = ddp_.sharded_exchange_group();
   const NamedTensors& params = ddp_.parameters();
   const int64_t world = ddp_.process_group()->size();
   const int64_t rank = ddp_.process_group()->rank();
@@ -40,7 +41,9 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
     // reduce-scatters of the buckets backward finishes meanwhile.
     std::vector<int> everyone(static_cast<size_t>(world));
     for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;
-    gather_group_ = ddp_.process_group()->new_group(everyone);
+    gather_group_ = gather_group_->new_group(everyone);
+    // A copy-engine group's all-gathers need the parameters in one of its own symmetric windows.
+    if (gather_group_->options().copy_engines) gather_group_->register_symmetric(ddp_.sharded_parameters());
   }
   using Timing = DistributedDataParallel::HookTiming;
   ddp_.set_bucket_reduced_hook([this](size_t bucket, const std::vector<Tensor>&) { on_bucket_reduced(bucket); },

@@ -80,6 +80,7 @@ struct Args {
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   bool gathered_grads = false;     // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
   std::string grad_exchange = "nccl";  // with DDP: nccl, copy_engine or auto (DDPOptions::grad_exchange)
+  bool copy_engines = false;  // with --zero: reduce-scatters and all-gathers on the copy engines (DDPOptions)
   std::string save_start;  // non-empty: write the initial float32 parameters and the batch here (rank 0)
   bool cuda_graph = false;  // capture one step after warm-up and replay it (one launch per step)
   bool held = false;       // also time steps on a held stream: the GPU time without launch gaps
@@ -108,16 +109,19 @@ Args parse(int argc, char** argv) {
     else if (k == "--zero") a.zero = true;
     else if (k == "--gathered-grads") a.gathered_grads = a.zero = true;
     else if (k == "--grad-exchange") a.grad_exchange = value();
+    else if (k == "--copy-engines") a.copy_engines = true;
     else if (k == "--save-start") a.save_start = value();
     else if (k == "--losses") a.losses = true;
     else if (k == "--held") a.held = true;
     else if (k == "--cuda-graph") a.cuda_graph = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
-                  "--unfused-master, --zero, --gathered-grads, --grad-exchange, --save-start, --losses, --held, "
+                  "--unfused-master, --zero, --gathered-grads, --grad-exchange, --copy-engines, --save-start, --losses, --held, "
                   "--cuda-graph)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
+  DPT_CHECK(!a.copy_engines || (a.zero && !a.gathered_grads),
+            "dpt-bench train: --copy-engines moves the sharded buckets of --zero (not --gathered-grads)");
   DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
             "dpt-bench train: --precision is bf16, fp16 or fp32, not '{}'", a.precision);
   DPT_CHECK(!(a.zero || a.overlap_optimizer) || (a.precision != "fp16" && !a.unfused_master),
@@ -215,6 +219,7 @@ int run_train_bench(int argc, char** argv) {
     dist::DDPOptions o;
     o.bucket_cap_mb = args.bucket_cap_mb;
     o.grad_exchange = dist::parse_grad_exchange(args.grad_exchange);
+    o.copy_engines = args.copy_engines;
     if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
     ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
     auto make_shard = [&](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
@@ -246,7 +251,7 @@ int run_train_bench(int argc, char** argv) {
   // all-gathers); the copy-engine exchange's flags are not captured.
   DPT_CHECK(!args.cuda_graph || device.is_cuda(), "dpt-bench train: --cuda-graph runs on a GPU (device {})",
             device.str());
-  DPT_CHECK(!args.cuda_graph || !ddp || std::string(ddp->exchange_name()) == "nccl",
+  DPT_CHECK(!args.cuda_graph || !ddp || std::string(ddp->exchange_name()) != "copy engines",
             "dpt-bench train: --cuda-graph with several GPUs needs NCCL (--grad-exchange nccl); gradients are "
             "averaged by {}", ddp ? ddp->exchange_name() : "");
   DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(), "dpt-bench train: --cuda-graph needs bf16 with fused "

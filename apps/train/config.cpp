@@ -160,6 +160,10 @@ std::vector<Field> build_schema() {
   DPT_KEY(Bool, "distributed.zero", distributed.zero,
           .help = "ZeRO-1: gradients reduce-scattered, each rank updates and keeps optimizer state for 1/N of "
                   "the parameters, then all-gathers them (one process: no effect)");
+  DPT_KEY(Bool, "distributed.copy_engines", distributed.copy_engines,
+          .help = "with distributed.zero on GPUs of one host: the reduce-scatters and all-gathers move by the copy "
+                  "engines (NCCL symmetric memory, zero-CTA policy), not by NCCL kernels beside backward's; costs a "
+                  "receive buffer the size of the gradients");
   DPT_KEY(Bool, "distributed.gathered_grads", distributed.gathered_grads,
           .help = "ZeRO-1 for MLPs without reducing gradients: each layer's inputs and output gradients are "
                   "all-gathered, each rank forms the averaged gradient of its 1/N of every weight's rows, updates "
@@ -841,6 +845,12 @@ class Loader {
     if (c.training.cuda_graph) check_cuda_graph(c);
     if (c.distributed.zero) check_zero(c);
     if (c.distributed.gathered_grads) check_gathered(c);
+    if (c.distributed.copy_engines && !c.distributed.zero) {
+      report("distributed.copy_engines", "moves the sharded buckets of distributed.zero: needs distributed.zero true");
+    }
+    if (c.distributed.copy_engines && dev == "cpu") {
+      report("distributed.copy_engines", "moves bytes between GPUs but training.device is cpu");
+    }
     if (c.distributed.backend == "nccl" && dev == "cpu") {
       report("distributed.backend", "nccl needs GPUs but training.device is cpu; use gloo or auto");
     }

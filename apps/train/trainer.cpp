@@ -244,7 +244,9 @@ int Trainer::run() {
   spdlog::info("model   {}", model_->description());
   spdlog::info("data    {}: {} training / {} validation examples", data_.train->describe(), data_.train->size(),
                data_.val ? data_.val->size() : 0);
-  const char* sharding = !sharded_                    ? ""
+  const char* sharding = !sharded_ ? ""
+                         : config_.distributed.zero && config_.distributed.copy_engines
+                             ? ", optimizer sharded (ZeRO-1, buckets exchanged by the copy engines)"
                          : config_.distributed.zero ? ", optimizer sharded (ZeRO-1)"
                                                     : ", optimizer sharded (ZeRO-1 from gathered layer inputs)";
   spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}{}", total_steps_,

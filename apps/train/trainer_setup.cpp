@@ -237,6 +237,7 @@ void Trainer::setup_optimizer() {
     d.first_bucket_mb = config_.distributed.first_bucket_mb;
     d.grad_exchange = dist::parse_grad_exchange(config_.distributed.grad_exchange);
     d.find_unused_parameters = config_.distributed.find_unused_parameters;
+    d.copy_engines = config_.distributed.copy_engines;
     // bf16 communication of float32 gradients; under bf16/fp16 precision the gradients already are 16-bit.
     // Under fp16 an inf/NaN gradient on one rank is inf/NaN in every rank's AllReduced gradient, so all
     // ranks find the overflow, skip the step and back the loss scale off together.
@@ -271,7 +272,7 @@ void Trainer::setup_optimizer() {
     resume_from_.reset();  // the tensors are copied; free the host memory
   }
   if (config_.training.cuda_graph) {
-    DPT_CHECK(!ddp_ || std::string(ddp_->exchange_name()) == "nccl",
+    DPT_CHECK(!ddp_ || std::string(ddp_->exchange_name()) != "copy engines",
               "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
               "(distributed.grad_exchange)",
               ddp_ ? ddp_->exchange_name() : "");

@@ -273,6 +273,13 @@ TEST(ConfigErrors, GatheredGradsRefuseWhatTheyCannotShard) {
                    {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"}});
 }
 
+// The copy engines move ZeRO-1's sharded buckets between GPUs: nothing else, nowhere else.
+TEST(ConfigErrors, CopyEnginesNeedZeroOnGpus) {
+  expect_refusals("distributed.copy_engines=true",
+                  {{{}, "needs distributed.zero true"},
+                   {{"distributed.zero=true", "training.device=cpu"}, "training.device is cpu"}});
+}
+
 TEST(ConfigErrors, CudaWithoutAGpuIsAnError) {
   if (dpt::cuda::is_available()) GTEST_SKIP() << "a GPU is present";
   auto p = problems_of("training:\n  device: cuda\n", {}, LoadOptions{});

@@ -188,6 +188,25 @@ TEST(TrainCudaGraph, TwoGpusUnderZeroReproduceTheEagerRunExactly) {
                       12);
 }
 
+// distributed.copy_engines averages each block as the mean of two bf16 values rounded once, as NCCL's
+// reduce-scatter does, and moves the same bytes: the captured run on the copy engines equals the eager
+// run on NCCL's kernels digit for digit.
+TEST(TrainCudaGraph, TwoGpusUnderZeroOnTheCopyEnginesMatchTheNcclRunExactly) {
+  if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  ScratchDir nccl("graph.zero.nccl"), engines("graph.zero.engines");
+  std::vector<std::string> a_args = gpu_gpt(nccl, false), b_args = gpu_gpt(engines, true);
+  a_args.push_back("distributed.zero=true");
+  b_args.push_back("distributed.zero=true");
+  b_args.push_back("distributed.copy_engines=true");
+  RunResult a = train(config_path("char_gpt.yaml"), a_args, 2);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  RunResult b = train(config_path("char_gpt.yaml"), b_args, 2);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("buckets exchanged by the copy engines"), std::string::npos) << b.output;
+  expect_same_history(read_metrics(nccl.file("run/metrics.jsonl")), read_metrics(engines.file("run/metrics.jsonl")),
+                      12);
+}
+
 TEST(TrainCudaGraph, TwoGpusUnderDdpReproduceTheEagerRunExactly) {
   if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   ScratchDir eager("graph.ddp.eager"), graph("graph.ddp.graph");

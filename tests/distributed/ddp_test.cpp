@@ -180,6 +180,16 @@ TEST_F(DdpParityCuda, CopyEngineNoSyncTwoGpus) { expect_passes(2, "gpt nosync cu
 TEST_F(DdpParityCuda, AutoExchangeOptimizerInBackwardTwoGpus) { expect_passes(2, "mlp overlap cuda auto"); }
 TEST_F(DdpParityCuda, UpdateStreamOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlapstream cuda"); }
 TEST_F(DdpParityCuda, UpdateStreamWithCopyEnginesTwoGpus) { expect_passes(2, "mlp overlapstream cuda copy_engine"); }
+// ZeRO-1's sharded buckets on the copy engines (DDPOptions::copy_engines): all-to-alls and all-gathers
+// between symmetric windows, each bucket averaged by our kernel; at the end of backward, on the update
+// stream, on step() in bf16, with tiny buckets (block boundaries every 64 elements), and captured.
+TEST_F(DdpParityCuda, ZeroCopyEnginesTwoGpus) { expect_passes(2, "gpt zero cuda ce_collectives"); }
+TEST_F(DdpParityCuda, ZeroCopyEnginesTinyBucketsTwoGpus) { expect_passes(2, "mlp zerotiny cuda ce_collectives"); }
+TEST_F(DdpParityCuda, ZeroUpdateStreamCopyEnginesTwoGpus) { expect_passes(2, "gpt zerostream cuda ce_collectives"); }
+TEST_F(DdpParityCuda, ZeroOnStepCopyEnginesBf16TwoGpus) { expect_passes(2, "gpt zerostepbf16 cuda ce_collectives"); }
+TEST_F(DdpParityCuda, CudaGraphZeroUpdateStreamCopyEnginesTwoGpus) {
+  expect_passes(2, "gpt zerostreamgraph cuda ce_collectives");
+}
 // The whole step, AllReduces included, captured in a CUDA graph and replayed (NCCL).
 TEST_F(DdpParityCuda, CudaGraphMlpTwoGpus) { expect_passes(2, "mlp graph cuda nccl"); }
 TEST_F(DdpParityCuda, CudaGraphGptTwoGpus) { expect_passes(2, "gpt graph cuda nccl"); }

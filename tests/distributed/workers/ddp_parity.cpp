@@ -622,7 +622,7 @@ bool run_exchange(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
 
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: %s mlp|gpt MODE cpu|cuda [auto|nccl|copy_engine]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s mlp|gpt MODE cpu|cuda [auto|nccl|copy_engine|ce_collectives]\n", argv[0]);
     return 2;
   }
   try {
@@ -636,7 +636,12 @@ int main(int argc, char** argv) {
                                                : Device::cpu();
     if (s.device.is_cuda()) cuda::set_device(s.device.index);
     dist::DDPOptions o;
-    if (argc == 5) o.grad_exchange = dist::parse_grad_exchange(argv[4]);
+    // "ce_collectives": ZeRO's sharded buckets on the copy engines (DDPOptions::copy_engines).
+    if (argc == 5 && std::string(argv[4]) == "ce_collectives") {
+      o.copy_engines = true;
+    } else if (argc == 5) {
+      o.grad_exchange = dist::parse_grad_exchange(argv[4]);
+    }
     bool ok = false;
     if (mode == "default") {
       ok = run_parity(s, pg, o, 1, 1e-6, "default buckets");
