@@ -30,6 +30,9 @@
 //   wanted, like a plain optimizer's step (what a trainer with clipping and skipped steps needs).
 // In the first two, loss.backward() is the whole step and there is no gradient-norm clipping (it needs
 // every gradient before any update).
+// With DDPOptions::copy_engines the reduce-scatters and all-gathers go through DDP's copy-engine group
+// (sharded_exchange_group()), whose symmetric windows hold the flat buffers; the all-gathers' own group
+// (DuringBackward) registers the parameters there too.
 //
 // After a step only this rank's block of each gradient bucket holds the averaged gradient, and the float32
 // masters of mixed precision are current only where this rank updates them (the bf16 parameters are
