@@ -291,6 +291,11 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
   const int64_t granule = copy_engines ? world * 64 : world;
   auto round_up = [granule](int64_t n) { return (n + granule - 1) / granule * granule; };
   const int64_t padded = round_up(total);
+#ifdef DPT_HAVE_CUDA
+  DPT_CHECK(!copy_engines || world <= kMaxPeerRanks,
+            "DistributedDataParallel: copy_engines averages at most {} ranks (one host's GPUs), the group has {}",
+            kMaxPeerRanks, world);
+#endif
   if (copy_engines && !ce_group_) {
     std::vector<int> everyone(static_cast<size_t>(world));
     std::iota(everyone.begin(), everyone.end(), 0);

@@ -133,7 +133,8 @@ class DistributedDataParallel {
   const Tensor& sharded_parameters() const { return sharded_params_; }
 
   size_t num_buckets() const { return buckets_.size(); }
-  // What averages the buckets now: "copy engines", "nccl" or "gloo".
+  // What averages the buckets now: "copy engines" (grad_exchange), "nccl (copy engines)" (copy_engines),
+  // "nccl" or "gloo".
   const char* exchange_name() const;
   // Parameter names of each bucket, in bucket order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;

@@ -247,6 +247,54 @@ void check_collectives(ProcessGroup& pg) {
   ++g_checks;
 }
 
+// A group with copy_engines moving symmetric tensors (NCCL: the zero-CTA policy, so copy engines where NCCL
+// can use them): all-to-all and in-place all-gather give their closed forms. Gloo has no all-to-all and says
+// so; its symmetric tensors are plain zeros.
+void check_copy_engine_group(ProcessGroup& pg) {
+  const int w = pg.size(), r = pg.rank();
+  const int64_t n = 1000;
+  std::vector<int> everyone(static_cast<size_t>(w));
+  for (int q = 0; q < w; ++q) everyone[static_cast<size_t>(q)] = q;
+  ProcessGroupOptions options = pg.options();
+  options.copy_engines = true;
+  auto ce = pg.new_group(everyone, options);
+  const TensorOptions f32 = TensorOptions{}.with_dtype(DType::Float32).with_device(g_device);
+  Tensor in = ce->symmetric_zeros(n * w, f32);
+  Tensor out = ce->symmetric_zeros(n * w, f32);
+  expect_equal(out, std::vector<double>(static_cast<size_t>(n * w), 0.0), "symmetric_zeros");
+  // Rank q's block b, element i: 1000 q + 10 b + i % 7. Rank r receives block r of every rank q.
+  auto block_value = [](int q, int b, int64_t i) { return 1000.0 * q + 10.0 * b + static_cast<double>(i % 7); };
+  std::vector<double> in_values, expected;
+  for (int b = 0; b < w; ++b)
+    for (int64_t i = 0; i < n; ++i) {
+      in_values.push_back(block_value(r, b, i));
+      expected.push_back(block_value(b, r, i));
+    }
+  in.copy_(make(in_values, DType::Float32));
+  if (g_device.is_cpu()) {
+    try {
+      ce->alltoall(out, in)->wait();
+    } catch (const std::exception& e) {
+      DPT_CHECK(std::string(e.what()).find("no alltoall (NCCL only)") != std::string::npos, "gloo alltoall: {}",
+                e.what());
+      ++g_checks;
+      return;
+    }
+    DPT_FAIL("gloo alltoall did not refuse");
+  }
+  ce->alltoall(out, in)->wait();
+  expect_equal(out, expected, "copy-engine alltoall");
+  std::vector<double> gathered;
+  for (int q = 0; q < w; ++q) {
+    auto part = rank_input(q, n);
+    gathered.insert(gathered.end(), part.begin(), part.end());
+  }
+  Tensor mine = out.slice(r * n, (r + 1) * n);
+  mine.copy_(make(rank_input(r, n), DType::Float32));
+  ce->allgather(out, mine)->wait();
+  expect_equal(out, gathered, "copy-engine allgather in place");
+}
+
 void check_subgroups(ProcessGroup& pg) {
   const int w = pg.size(), r = pg.rank();
   // Even ranks form a group; every rank calls new_group, odd ranks get nullptr.
@@ -379,6 +427,7 @@ int run(std::string scenario) {
   if (scenario == "collectives") {
     check_collectives(*pg);
     check_subgroups(*pg);
+    check_copy_engine_group(*pg);
     std::printf("collectives OK on rank %d of %d (%d checks)\n", pg->rank(), pg->size(), g_checks);
     return 0;
   }
