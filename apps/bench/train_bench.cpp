@@ -116,8 +116,8 @@ Args parse(int argc, char** argv) {
     else if (k == "--cuda-graph") a.cuda_graph = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
-                  "--unfused-master, --zero, --gathered-grads, --grad-exchange, --copy-engines, --save-start, --losses, --held, "
-                  "--cuda-graph)", k);
+                  "--unfused-master, --zero, --gathered-grads, --grad-exchange, --copy-engines, --save-start, "
+                  "--losses, --held, --cuda-graph)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
   DPT_CHECK(!a.copy_engines || (a.zero && !a.gathered_grads),
