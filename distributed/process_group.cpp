@@ -15,6 +15,16 @@ void check_tensor(const Tensor& t, const char* op, const char* role) {
             fmt::join(t.shape(), "x"), fmt::join(t.strides(), ","));
 }
 
+// An operation with an output and an input tensor: both well-formed, of one dtype, on one device.
+void check_output_and_input(const Tensor& output, const Tensor& input, const char* op) {
+  check_tensor(output, op, "output");
+  check_tensor(input, op, "input");
+  DPT_CHECK(output.dtype() == input.dtype(), "{}: output dtype {} differs from input dtype {}", op,
+            dtype_name(output.dtype()), dtype_name(input.dtype()));
+  DPT_CHECK(output.device() == input.device(), "{}: output on {} but input on {}", op, output.device().str(),
+            input.device().str());
+}
+
 void check_reduce_op(DType dtype, ReduceOp op, const char* name) {
   DPT_CHECK(op != ReduceOp::Avg || is_floating(dtype), "{}: avg needs a floating-point tensor, found {}", name,
             dtype_name(dtype));
@@ -152,12 +162,7 @@ std::shared_ptr<Work> ProcessGroup::broadcast(const Tensor& tensor, int root, bo
 }
 
 std::shared_ptr<Work> ProcessGroup::allgather(const Tensor& output, const Tensor& input, bool async_op) {
-  check_tensor(output, "allgather", "output");
-  check_tensor(input, "allgather", "input");
-  DPT_CHECK(output.dtype() == input.dtype(), "allgather: output dtype {} differs from input dtype {}",
-            dtype_name(output.dtype()), dtype_name(input.dtype()));
-  DPT_CHECK(output.device() == input.device(), "allgather: output on {} but input on {}", output.device().str(),
-            input.device().str());
+  check_output_and_input(output, input, "allgather");
   DPT_CHECK(output.numel() == input.numel() * size_,
             "allgather: output must hold {} ranks x {} elements = {}, found {}", size_, input.numel(),
             input.numel() * size_, output.numel());
@@ -169,13 +174,8 @@ std::shared_ptr<Work> ProcessGroup::allgather(const Tensor& output, const Tensor
 
 std::shared_ptr<Work> ProcessGroup::reduce_scatter(const Tensor& output, const Tensor& input, ReduceOp op,
                                                    bool async_op) {
-  check_tensor(output, "reduce_scatter", "output");
-  check_tensor(input, "reduce_scatter", "input");
+  check_output_and_input(output, input, "reduce_scatter");
   check_reduce_op(input.dtype(), op, "reduce_scatter");
-  DPT_CHECK(output.dtype() == input.dtype(), "reduce_scatter: output dtype {} differs from input dtype {}",
-            dtype_name(output.dtype()), dtype_name(input.dtype()));
-  DPT_CHECK(output.device() == input.device(), "reduce_scatter: output on {} but input on {}",
-            output.device().str(), input.device().str());
   DPT_CHECK(input.numel() == output.numel() * size_,
             "reduce_scatter: input must hold {} ranks x {} elements = {}, found {}", size_, output.numel(),
             output.numel() * size_, input.numel());
@@ -216,12 +216,7 @@ std::shared_ptr<Work> ProcessGroup::barrier() {
 }
 
 std::shared_ptr<Work> ProcessGroup::alltoall(const Tensor& output, const Tensor& input, bool async_op) {
-  check_tensor(output, "alltoall", "output");
-  check_tensor(input, "alltoall", "input");
-  DPT_CHECK(output.dtype() == input.dtype(), "alltoall: output dtype {} differs from input dtype {}",
-            dtype_name(output.dtype()), dtype_name(input.dtype()));
-  DPT_CHECK(output.device() == input.device(), "alltoall: output on {} but input on {}", output.device().str(),
-            input.device().str());
+  check_output_and_input(output, input, "alltoall");
   DPT_CHECK(output.numel() == input.numel() && input.numel() % size_ == 0,
             "alltoall: input and output must hold {} equal blocks each, found {} and {} elements", size_,
             input.numel(), output.numel());
