@@ -297,11 +297,9 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
             kMaxPeerRanks, world);
 #endif
   if (copy_engines && !ce_group_) {
-    std::vector<int> everyone(static_cast<size_t>(world));
-    std::iota(everyone.begin(), everyone.end(), 0);
     ProcessGroupOptions ce_options = group_->options();
     ce_options.copy_engines = true;
-    ce_group_ = group_->new_group(everyone, ce_options);
+    ce_group_ = group_->duplicate(ce_options);
   }
   auto flat_zeros = [&] { return copy_engines ? ce_group_->symmetric_zeros(padded, first.options())
                                               : zeros({padded}, first.options()); };

@@ -136,6 +136,9 @@ class DistributedDataParallel {
   // What averages the buckets now: "copy engines" (grad_exchange), "nccl (copy engines)" (copy_engines),
   // "nccl" or "gloo".
   const char* exchange_name() const;
+  // Whether a CUDA graph can hold the exchange: not PeerExchange (grad_exchange copy_engine), whose flags
+  // carry host sequence numbers that replays would repeat.
+  bool graph_capturable() const { return exchange_ == nullptr; }
   // Parameter names of each bucket, in bucket order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
   // Opt-in per-bucket CUDA event timing of the last synchronised backward (host-synchronises when read).

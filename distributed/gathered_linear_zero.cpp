@@ -125,9 +125,7 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   sharded_elements_ = shard_.elements();
   inner_ = shard_.make_optimizer(make);
 
-  std::vector<int> everyone(static_cast<size_t>(world));
-  for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;
-  param_group_ = group_->new_group(everyone);
+  param_group_ = group_->duplicate();
 #ifdef DPT_HAVE_CUDA
   if (!layers_.empty() && layers_.front().weight.device().is_cuda())
     streams_ = std::make_unique<Streams>(layers_.front().weight.device().index);

@@ -267,6 +267,12 @@ std::shared_ptr<ProcessGroup> ProcessGroup::new_group(std::vector<int> ranks, Pr
   return std::make_shared<ProcessGroup>(sub_store, sub_rank, sub_size, std::move(options), local_host_);
 }
 
+std::shared_ptr<ProcessGroup> ProcessGroup::duplicate(ProcessGroupOptions options) {
+  std::vector<int> everyone(static_cast<size_t>(size_));
+  for (int r = 0; r < size_; ++r) everyone[static_cast<size_t>(r)] = r;
+  return new_group(std::move(everyone), std::move(options));
+}
+
 std::shared_ptr<ProcessGroup> init_process_group(const DistEnv& env, ProcessGroupOptions options) {
   auto tcp = std::make_shared<TcpStore>(env.master_addr, env.master_port, env.rank == 0, env.rank, env.world_size,
                                         options.store_timeout);

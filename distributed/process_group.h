@@ -91,6 +91,10 @@ class ProcessGroup {
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks);
   // The same with other options (for example copy_engines) than this group's.
   std::shared_ptr<ProcessGroup> new_group(std::vector<int> ranks, ProcessGroupOptions options);
+  // A group of every rank of this one on a communicator of its own (operations on the two do not queue
+  // behind each other), with this group's options or others. Collective.
+  std::shared_ptr<ProcessGroup> duplicate() { return duplicate(options_); }
+  std::shared_ptr<ProcessGroup> duplicate(ProcessGroupOptions options);
 
   // The backend that serves tensors on `device` ("gloo" or "nccl"), creating it on first use.
   std::string backend_name(Device device);

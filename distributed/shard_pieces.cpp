@@ -72,7 +72,6 @@ Tensor ShardPieces::add(const std::string& name, const Tensor& param, int64_t be
     twins_.emplace_back(piece_name, twin);
   }
   piece_groups_[target_of_.at(name).first].params.emplace_back(piece_name, piece);
-  ++pieces_;
   elements_ += end - begin;
   pieces_of_rank_.push_back({name, begin, end, replicated});
   return piece;
@@ -81,9 +80,9 @@ Tensor ShardPieces::add(const std::string& name, const Tensor& param, int64_t be
 std::unique_ptr<optim::Optimizer> ShardPieces::make_optimizer(const Factory& make) {
   for (const auto& [name, entry] : target_of_)
     DPT_CHECK(covered_.count(name), "{}: optimizer parameter '{}' is not one of DDP's parameters", owner_, name);
-  DPT_CHECK(twins_.empty() || twins_.size() == pieces_,
+  DPT_CHECK(twins_.empty() || twins_.size() == pieces_of_rank_.size(),
             "{}: either every parameter has a float32 master or none does ({} of {} have one)", owner_, twins_.size(),
-            pieces_);
+            pieces_of_rank_.size());
   std::unique_ptr<optim::Optimizer> inner = make(std::move(piece_groups_));
   DPT_CHECK(inner != nullptr, "{}: the optimizer factory returned nothing", owner_);
   if (!twins_.empty()) inner->set_compute_twins(twins_);

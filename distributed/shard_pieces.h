@@ -89,7 +89,6 @@ class ShardPieces {
   NamedTensors twins_;
   std::set<std::string> covered_;
   std::vector<Piece> pieces_of_rank_;  // every piece added, in order
-  size_t pieces_ = 0;
   int64_t elements_ = 0;
 };
 

@@ -39,9 +39,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
   if (when_ == When::DuringBackward) {
     // The all-gathers queue behind updates; on the reduce-scatters' communicator they would hold back the
     // reduce-scatters of the buckets backward finishes meanwhile.
-    std::vector<int> everyone(static_cast<size_t>(world));
-    for (int r = 0; r < world; ++r) everyone[static_cast<size_t>(r)] = r;
-    gather_group_ = gather_group_->new_group(everyone);
+    gather_group_ = gather_group_->duplicate();
     // A copy-engine group's all-gathers need the parameters in one of its own symmetric windows.
     if (gather_group_->options().copy_engines) gather_group_->register_symmetric(ddp_.sharded_parameters());
   }

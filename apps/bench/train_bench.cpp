@@ -251,7 +251,7 @@ int run_train_bench(int argc, char** argv) {
   // all-gathers); the copy-engine exchange's flags are not captured.
   DPT_CHECK(!args.cuda_graph || device.is_cuda(), "dpt-bench train: --cuda-graph runs on a GPU (device {})",
             device.str());
-  DPT_CHECK(!args.cuda_graph || !ddp || std::string(ddp->exchange_name()) != "copy engines",
+  DPT_CHECK(!args.cuda_graph || !ddp || ddp->graph_capturable(),
             "dpt-bench train: --cuda-graph with several GPUs needs NCCL (--grad-exchange nccl); gradients are "
             "averaged by {}", ddp ? ddp->exchange_name() : "");
   DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(), "dpt-bench train: --cuda-graph needs bf16 with fused "

@@ -10,7 +10,9 @@
 #include "checkpointing.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "distributed/gathered_linear_zero.h"
 #include "distributed/sampler.h"
+#include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
@@ -272,7 +274,7 @@ void Trainer::setup_optimizer() {
     resume_from_.reset();  // the tensors are copied; free the host memory
   }
   if (config_.training.cuda_graph) {
-    DPT_CHECK(!ddp_ || std::string(ddp_->exchange_name()) != "copy engines",
+    DPT_CHECK(!ddp_ || ddp_->graph_capturable(),
               "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
               "(distributed.grad_exchange)",
               ddp_ ? ddp_->exchange_name() : "");

@@ -253,11 +253,9 @@ void check_collectives(ProcessGroup& pg) {
 void check_copy_engine_group(ProcessGroup& pg) {
   const int w = pg.size(), r = pg.rank();
   const int64_t n = 1000;
-  std::vector<int> everyone(static_cast<size_t>(w));
-  for (int q = 0; q < w; ++q) everyone[static_cast<size_t>(q)] = q;
   ProcessGroupOptions options = pg.options();
   options.copy_engines = true;
-  auto ce = pg.new_group(everyone, options);
+  auto ce = pg.duplicate(options);
   const TensorOptions f32 = TensorOptions{}.with_dtype(DType::Float32).with_device(g_device);
   Tensor in = ce->symmetric_zeros(n * w, f32);
   Tensor out = ce->symmetric_zeros(n * w, f32);
