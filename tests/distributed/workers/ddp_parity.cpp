@@ -6,7 +6,8 @@
 //          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
 //          | zerostep | zerosteptiny | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
-//   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto).
+//   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto), or
+//   ce_collectives for DDPOptions::copy_engines (ZeRO-1's sharded buckets on the copy engines).
 //   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
 //
 // Every rank trains two copies of the same model from the same seed for 5 AdamW steps: a reference on
