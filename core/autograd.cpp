@@ -46,7 +46,10 @@ class FunctionNode : public Node {
 // pointer back to it except a weak one, so there is no cycle).
 class AccumulateGrad : public Node {
  public:
-  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) { num_outputs = 1; }
+  explicit AccumulateGrad(std::shared_ptr<TensorImpl> leaf) : leaf_(std::move(leaf)) {
+    num_outputs = 1;
+    leaf_sink = true;
+  }
 
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
     Tensor leaf(leaf_);
@@ -165,12 +168,17 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
     }
   }
 
-  // 2. Run nodes whose inputs are complete, most recently created first.
-  auto later_first = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+  // 2. Run nodes whose inputs are complete: a leaf's AccumulateGrad first (its gradient is final, and its
+  // hooks start DDP's communication while the rest of backward runs), then the most recently created.
+  // A leaf's node cannot be ordered by its creation number: it outlives its graph while any tensor of
+  // that graph is alive, so a forward pass run while the last step's loss still exists reuses it as
+  // the oldest node of the new graph, and it would run only once nothing else is left.
+  auto runs_after = [](const std::shared_ptr<Node>& a, const std::shared_ptr<Node>& b) {
+    if (a->leaf_sink != b->leaf_sink) return b->leaf_sink;
     return a->sequence_nr < b->sequence_nr;
   };
-  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(later_first)> ready(
-      later_first);
+  std::priority_queue<std::shared_ptr<Node>, std::vector<std::shared_ptr<Node>>, decltype(runs_after)> ready(
+      runs_after);
   std::unordered_map<Node*, std::vector<Tensor>> buffers;
   buffers[start.node.get()].resize(start.node->num_outputs);
   buffers[start.node.get()][start.input_nr] = seed;

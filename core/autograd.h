@@ -6,8 +6,9 @@
 // node, shared by all uses of that leaf.
 //
 // backward() runs nodes in dependency order: a node runs once every node that feeds it a gradient has
-// run. Among ready nodes the most recently created runs first (highest sequence number), so the
-// backward pass visits layers in reverse order of the forward pass. Each backward function runs at
+// run. A ready AccumulateGrad runs first; among the other ready nodes the most recently created runs
+// first (highest sequence number), so the backward pass visits layers in reverse order of the forward
+// pass. Each backward function runs at
 // most once: it is released, with everything it saved, as soon as it returns (PyTorch without
 // retain_graph), and a second backward through the same graph is an error naming the op.
 //
@@ -44,6 +45,7 @@ class Node {
   std::vector<Edge> next_edges;
   uint32_t num_outputs = 1;
   uint64_t sequence_nr;  // creation order; larger runs earlier among ready nodes
+  bool leaf_sink = false;  // a leaf's AccumulateGrad: runs before any other ready node
 };
 
 using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& grad_outputs)>;

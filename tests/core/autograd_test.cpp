@@ -182,6 +182,45 @@ TEST(GradReadyHook, FiresInReverseOrderOfLastUseForAThreeLayerChain) {
     EXPECT_EQ(log.grads[static_cast<size_t>(2 - i)], w[static_cast<size_t>(i)].grad().to_vector<double>());
 }
 
+// An identity op whose backward logs its name: marks where backward is between two layers.
+Tensor logged_identity(const Tensor& t, const std::string& name, HookLog* log) {
+  Tensor out = mul(t.detach(), 1.0);
+  record_op("logged_identity", {t}, {out}, [name, log](const std::vector<Tensor>& g) {
+    log->order.push_back(name);
+    return std::vector<Tensor>{g[0]};
+  });
+  return out;
+}
+
+TEST(GradReadyHook, FiresBeforeEarlierLayersRunEvenWhileThePreviousStepsGraphIsAlive) {
+  Generator gen(0);
+  Tensor x = randn({2, 3}, gen, kF64);
+  std::vector<Tensor> w;
+  HookLog log;
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(randn({3, 3}, gen, kF64.with_requires_grad(true)));
+    watch(w.back(), "layer" + std::to_string(i + 1), &log);
+  }
+  auto forward = [&] {
+    Tensor h = x;
+    for (int i = 0; i < 3; ++i) {
+      if (i > 0) h = logged_identity(h, "into layer" + std::to_string(i + 1), &log);
+      h = tanh(matmul(h, w[static_cast<size_t>(i)]));
+    }
+    return sum(h);
+  };
+  const std::vector<std::string> interleaved{"layer3", "into layer3", "layer2", "into layer2", "layer1"};
+  Tensor first = forward();
+  first.backward();
+  EXPECT_EQ(log.order, interleaved);
+  // `first` still holds its graph, so this forward pass reuses the leaves' AccumulateGrad nodes, made
+  // before any node of the new graph. Each must still run as soon as its layer's gradient is final.
+  log.order.clear();
+  Tensor second = forward();
+  second.backward();
+  EXPECT_EQ(log.order, interleaved);
+}
+
 TEST(GradReadyHook, FiresOncePerBackwardAfterEveryUseOfTheLeaf) {
   Tensor w = leaf({2}, {1});
   HookLog log;
