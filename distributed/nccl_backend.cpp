@@ -294,6 +294,7 @@ class NcclBackend : public Backend {
     }
     ncclCommAbort(setup_comm_);  // idle since the split; abort releases it without waiting on peers
     pending_.clear();
+    finished_.clear();
     ready_.reset();
     cuda::destroy_stream(comm_stream_);
   }
@@ -475,7 +476,9 @@ class NcclBackend : public Backend {
       wait_ready(Clock::now() + timeout_, desc.description, timeout_);
     }
     work->end_event().record(stream);
+    std::vector<Tensor> finished;  // released below, after the lock, on this thread
     std::lock_guard<std::mutex> lock(mutex_);
+    if (!captured) finished.swap(finished_);
     if (captured) {
       // Nothing runs now. Every replay reads and writes these tensors on the comm stream, beside the
       // graph's compute: their memory must never serve another allocation of the graph.
@@ -511,6 +514,10 @@ class NcclBackend : public Backend {
         while (!pending_.empty() && pending_.front().work->end_event().query()) {
           // Operations complete in issue order on the one comm stream.
           state_->last_completed = pending_.front().work->desc().seq;
+          // The tensors go back on a thread that issues collectives, never on this one: this thread's
+          // free would run beside a CUDA graph being captured on another, where the allocator cannot
+          // tell a block of that graph from one it may return to the pool (cudaFreeAsync then fails).
+          for (Tensor& t : pending_.front().keep_alive) finished_.push_back(std::move(t));
           pending_.pop_front();
         }
         if (!pending_.empty()) {
@@ -608,6 +615,7 @@ class NcclBackend : public Backend {
   std::condition_variable watchdog_cv_;
   std::deque<Pending> pending_;
   std::vector<Tensor> captured_keep_alive_;  // tensors of collectives captured in CUDA graphs
+  std::vector<Tensor> finished_;  // of completed operations, released by the next launch outside a capture
   bool stopping_ = false;
   std::thread watchdog_;
 };

@@ -293,6 +293,37 @@ void check_copy_engine_group(ProcessGroup& pg) {
   expect_equal(out, gathered, "copy-engine allgather in place");
 }
 
+// NCCL: a finished operation's tensors are released by the thread that issues the next operation, never
+// by the watchdog's thread, whose free could run beside a CUDA graph this thread is capturing.
+void check_finished_tensors_wait_for_the_next_operation(ProcessGroup& pg) {
+  if (g_device.is_cpu()) return;
+  const int device = g_device.index;
+  auto settle = [] {
+    cuda::synchronize();
+    std::this_thread::sleep_for(500ms);  // five watchdog periods: completed operations are retired
+  };
+  Tensor token = make({1.0}, DType::Float32);
+  pg.allreduce(token)->wait();
+  settle();
+  pg.allreduce(token)->wait();  // releases whatever earlier checks left behind
+  settle();
+  const size_t before = cuda::memory_allocated(device);
+  size_t held = 0;
+  {
+    Tensor dropped = make(std::vector<double>(1 << 18, 1.0), DType::Float32);
+    held = cuda::memory_allocated(device);
+    pg.allreduce(dropped)->wait();
+  }  // only the operation holds `dropped` now
+  settle();
+  DPT_CHECK(held > before && cuda::memory_allocated(device) == held,
+            "a finished allreduce's tensor was released before the next operation ({} -> {} bytes)", held,
+            cuda::memory_allocated(device));
+  pg.allreduce(token)->wait();
+  DPT_CHECK(cuda::memory_allocated(device) == before, "the next operation did not release the finished one's "
+            "tensor ({} bytes held, {} before it)", cuda::memory_allocated(device), before);
+  ++g_checks;
+}
+
 void check_subgroups(ProcessGroup& pg) {
   const int w = pg.size(), r = pg.rank();
   // Even ranks form a group; every rank calls new_group, odd ranks get nullptr.
@@ -426,6 +457,7 @@ int run(std::string scenario) {
     check_collectives(*pg);
     check_subgroups(*pg);
     check_copy_engine_group(*pg);
+    check_finished_tensors_wait_for_the_next_operation(*pg);
     std::printf("collectives OK on rank %d of %d (%d checks)\n", pg->rank(), pg->size(), g_checks);
     return 0;
   }
