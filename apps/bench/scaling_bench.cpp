@@ -18,6 +18,9 @@ namespace dpt::bench {
 
 namespace {
 
+// GPU counts the step-time model predicts for (table and plot).
+constexpr int kModelGpus[] = {1, 2, 4, 8, 16, 64};
+
 struct Args {
   std::string workload = "tiny_gpt";
   int max_gpus = 0;  // 0: every visible GPU
@@ -136,19 +139,31 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
   return r;
 }
 
-void write_plot(const std::string& out, const std::string& csv, const std::string& title) {
+// Throughput per GPU and efficiency against the GPU count at the default bucket size (lines), the sweep's
+// other bucket sizes at the largest count (points), and the step-time model's predicted efficiency out to
+// 64 GPUs (dashed), on a log-2 GPU axis.
+void write_plot(const std::string& out, const std::string& csv, const std::string& title, double default_cap,
+                const ScalingModel& model) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::printf("gnuplot not installed: no PNG plot (apt-get install gnuplot-nox)\n");
     return;
   }
-  std::string script = out + "/scaling.gp";
+  const std::string script = out + "/scaling.gp";
+  const std::string cap = fmt::format("{}", default_cap);
   std::ofstream gp(script);
-  gp << "set terminal pngcairo size 900,500\nset output '" << out << "/scaling.png'\n"
-     << "set datafile separator ','\nset title '" << title << "'\nset xlabel 'GPUs'\n"
+  gp << "$model << EOD\n";
+  for (int g : kModelGpus) gp << g << ',' << 100.0 * model.efficiency(g) << '\n';
+  gp << "EOD\n"
+     << "set terminal pngcairo size 900,500 noenhanced\nset output '" << out << "/scaling.png'\n"
+     << "set datafile separator ','\nset title '" << title << "'\nset xlabel 'GPUs'\nset logscale x 2\n"
      << "set ylabel 'throughput per GPU'\nset y2label 'efficiency (%)'\nset y2range [0:105]\nset ytics nomirror\n"
-     << "set y2tics\nset key bottom left\n"
-     << "plot '" << csv << "' every ::1 using 1:3 with linespoints title 'throughput per GPU', "
-     << "'' every ::1 using 1:6 axes x1y2 with linespoints title 'efficiency'\n";
+     << "set y2tics\nset key below\n"
+     << "plot '" << csv << "' every ::1 using 1:($2 == " << cap << " ? $3 : 1/0) with linespoints title "
+     << "'throughput per GPU (" << cap << " MB buckets)', "
+     << "'' every ::1 using 1:($2 == " << cap << " ? $6 : 1/0) axes x1y2 with linespoints title 'efficiency', "
+     << "'' every ::1 using 1:($2 != " << cap << " ? $6 : 1/0) axes x1y2 with points title "
+     << "'efficiency, other bucket sizes', "
+     << "$model using 1:2 axes x1y2 with linespoints dashtype 2 title 'efficiency predicted by the step-time model'\n";
   gp.close();
   if (std::system(("gnuplot '" + script + "'").c_str()) == 0) std::printf("plot: %s/scaling.png\n", out.c_str());
 }
@@ -212,7 +227,7 @@ int run_scaling_bench(int argc, char** argv) {
           "beta 300 GB/s, nothing hidden)\n\n";
   }
   md << "| GPUs | nodes | predicted step ms | predicted efficiency | measured efficiency |\n|---|---|---|---|---|\n";
-  for (int g : {1, 2, 4, 8, 16, 64}) {
+  for (int g : kModelGpus) {
     std::string measured = "—";
     for (const auto& r : rows) {
       if (r.gpus == g) measured = fmt::format("{:.1f}%", 100.0 * r.throughput / base.throughput);
@@ -222,7 +237,7 @@ int run_scaling_bench(int argc, char** argv) {
   }
   md.close();
   c.close();
-  write_plot(a.out, csv, a.workload + " weak scaling on " + base.device);
+  write_plot(a.out, csv, a.workload + " weak scaling on " + base.device, a.bucket_cap_mb, model);
   std::ifstream in(a.out + "/scaling.md");
   std::printf("\n%s\n", std::string(std::istreambuf_iterator<char>(in), {}).c_str());
   std::printf("wrote %s, %s/scaling.md\n", csv.c_str(), a.out.c_str());

@@ -42,6 +42,13 @@ TEST(BenchScaling, WritesWeakScalingTablesForOneAndTwoProcesses) {
   EXPECT_NE(md.find("| GPUs | bucket MB |"), std::string::npos) << md;
   EXPECT_NE(md.find("predicted efficiency"), std::string::npos) << md;
   EXPECT_EQ(read(out.string() + ".log").find("(CUDA graph)"), std::string::npos);  // eager runs
+  // The plot of those rows and the model's prediction: a PNG where gnuplot is installed, else a note.
+  if (std::system("command -v gnuplot >/dev/null 2>&1") == 0) {
+    EXPECT_EQ(read(out / "scaling.png").substr(0, 4), "\x89PNG") << read(out.string() + ".log");
+  } else {
+    EXPECT_NE(read(out.string() + ".log").find("gnuplot not installed"), std::string::npos);
+    EXPECT_FALSE(std::filesystem::exists(out / "scaling.png"));
+  }
   std::filesystem::remove_all(out);
 }
 
