@@ -164,15 +164,21 @@ void watch(const Tensor& t, const std::string& name, HookLog* log) {
   });
 }
 
+// Three 3 x 3 weights whose hooks log "layer1".."layer3".
+std::vector<Tensor> watched_layers(Generator& gen, HookLog* log) {
+  std::vector<Tensor> w;
+  for (int i = 0; i < 3; ++i) {
+    w.push_back(randn({3, 3}, gen, kF64.with_requires_grad(true)));
+    watch(w.back(), "layer" + std::to_string(i + 1), log);
+  }
+  return w;
+}
+
 TEST(GradReadyHook, FiresInReverseOrderOfLastUseForAThreeLayerChain) {
   Generator gen(0);
   Tensor x = randn({2, 3}, gen, kF64);
-  std::vector<Tensor> w;
   HookLog log;
-  for (int i = 0; i < 3; ++i) {
-    w.push_back(randn({3, 3}, gen, kF64.with_requires_grad(true)));
-    watch(w.back(), "layer" + std::to_string(i + 1), &log);
-  }
+  std::vector<Tensor> w = watched_layers(gen, &log);
   Tensor h = x;
   for (int i = 0; i < 3; ++i) h = tanh(matmul(h, w[static_cast<size_t>(i)]));
   sum(h).backward();
@@ -195,12 +201,8 @@ Tensor logged_identity(const Tensor& t, const std::string& name, HookLog* log) {
 TEST(GradReadyHook, FiresBeforeEarlierLayersRunEvenWhileThePreviousStepsGraphIsAlive) {
   Generator gen(0);
   Tensor x = randn({2, 3}, gen, kF64);
-  std::vector<Tensor> w;
   HookLog log;
-  for (int i = 0; i < 3; ++i) {
-    w.push_back(randn({3, 3}, gen, kF64.with_requires_grad(true)));
-    watch(w.back(), "layer" + std::to_string(i + 1), &log);
-  }
+  std::vector<Tensor> w = watched_layers(gen, &log);
   auto forward = [&] {
     Tensor h = x;
     for (int i = 0; i < 3; ++i) {
