@@ -8,9 +8,9 @@
 // backward() runs nodes in dependency order: a node runs once every node that feeds it a gradient has
 // run. A ready AccumulateGrad runs first; among the other ready nodes the most recently created runs
 // first (highest sequence number), so the backward pass visits layers in reverse order of the forward
-// pass. Each backward function runs at
-// most once: it is released, with everything it saved, as soon as it returns (PyTorch without
-// retain_graph), and a second backward through the same graph is an error naming the op.
+// pass. Each backward function runs at most once: it is released, with everything it saved, as soon as
+// it returns (PyTorch without retain_graph), and a second backward through the same graph is an error
+// naming the op.
 //
 // Grad-ready hook guarantee: a leaf's AccumulateGrad node becomes ready exactly when every use of that
 // leaf in this graph has delivered its gradient; it then adds the sum into leaf.grad and calls the

@@ -476,15 +476,15 @@ class NcclBackend : public Backend {
       wait_ready(Clock::now() + timeout_, desc.description, timeout_);
     }
     work->end_event().record(stream);
-    std::vector<Tensor> finished;  // released below, after the lock, on this thread
+    std::vector<Tensor> finished;  // completed operations' tensors, released after the lock, on this thread
     std::lock_guard<std::mutex> lock(mutex_);
-    if (!captured) finished.swap(finished_);
     if (captured) {
       // Nothing runs now. Every replay reads and writes these tensors on the comm stream, beside the
       // graph's compute: their memory must never serve another allocation of the graph.
       for (auto& t : tensors) captured_keep_alive_.push_back(std::move(t));
     } else {
       pending_.push_back(Pending{work, std::move(tensors), Clock::now()});
+      finished.swap(finished_);
     }
     return work;
   }
@@ -514,9 +514,8 @@ class NcclBackend : public Backend {
         while (!pending_.empty() && pending_.front().work->end_event().query()) {
           // Operations complete in issue order on the one comm stream.
           state_->last_completed = pending_.front().work->desc().seq;
-          // The tensors go back on a thread that issues collectives, never on this one: this thread's
-          // free would run beside a CUDA graph being captured on another, where the allocator cannot
-          // tell a block of that graph from one it may return to the pool (cudaFreeAsync then fails).
+          // The tensors go back on a thread that issues collectives, never on this one: its free could
+          // run while another thread captures a CUDA graph, and cudaFreeAsync then fails.
           for (Tensor& t : pending_.front().keep_alive) finished_.push_back(std::move(t));
           pending_.pop_front();
         }
