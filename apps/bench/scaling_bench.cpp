@@ -139,17 +139,17 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
   return r;
 }
 
-// Throughput per GPU and efficiency against the GPU count at the default bucket size (lines), the sweep's
-// other bucket sizes at the largest count (points), and the step-time model's predicted efficiency out to
-// 64 GPUs (dashed), on a log-2 GPU axis.
+// Throughput per GPU and efficiency against the GPU count at the default bucket size (lines: the CSV's
+// first `curve_rows` rows), the sweep's runs at the largest count (points: the rows after them), and the
+// step-time model's predicted efficiency out to 64 GPUs (dashed), on a log-2 GPU axis.
 void write_plot(const std::string& out, const std::string& csv, const std::string& title, double default_cap,
-                const ScalingModel& model) {
+                size_t curve_rows, const ScalingModel& model) {
   if (std::system("command -v gnuplot >/dev/null 2>&1") != 0) {
     std::printf("gnuplot not installed: no PNG plot (apt-get install gnuplot-nox)\n");
     return;
   }
   const std::string script = out + "/scaling.gp";
-  const std::string cap = fmt::format("{}", default_cap);
+  const std::string curve = fmt::format("every ::1::{} ", curve_rows), sweep = fmt::format("every ::{} ", curve_rows + 1);
   std::ofstream gp(script);
   gp << "$model << EOD\n";
   for (int g : kModelGpus) gp << g << ',' << 100.0 * model.efficiency(g) << '\n';
@@ -158,11 +158,10 @@ void write_plot(const std::string& out, const std::string& csv, const std::strin
      << "set datafile separator ','\nset title '" << title << "'\nset xlabel 'GPUs'\nset logscale x 2\n"
      << "set ylabel 'throughput per GPU'\nset y2label 'efficiency (%)'\nset y2range [0:105]\nset ytics nomirror\n"
      << "set y2tics\nset key below\n"
-     << "plot '" << csv << "' every ::1 using 1:($2 == " << cap << " ? $3 : 1/0) with linespoints title "
-     << "'throughput per GPU (" << cap << " MB buckets)', "
-     << "'' every ::1 using 1:($2 == " << cap << " ? $6 : 1/0) axes x1y2 with linespoints title 'efficiency', "
-     << "'' every ::1 using 1:($2 != " << cap << " ? $6 : 1/0) axes x1y2 with points title "
-     << "'efficiency, other bucket sizes', "
+     << "plot '" << csv << "' " << curve << "using 1:3 with linespoints title "
+     << fmt::format("'throughput per GPU ({} MB buckets)', ", default_cap)
+     << "'' " << curve << "using 1:6 axes x1y2 with linespoints title 'efficiency', "
+     << "'' " << sweep << "using 1:6 axes x1y2 with points title 'efficiency, bucket sweep', "
      << "$model using 1:2 axes x1y2 with linespoints dashtype 2 title 'efficiency predicted by the step-time model'\n";
   gp.close();
   if (std::system(("gnuplot '" + script + "'").c_str()) == 0) std::printf("plot: %s/scaling.png\n", out.c_str());
@@ -237,7 +236,7 @@ int run_scaling_bench(int argc, char** argv) {
   }
   md.close();
   c.close();
-  write_plot(a.out, csv, a.workload + " weak scaling on " + base.device, a.bucket_cap_mb, model);
+  write_plot(a.out, csv, a.workload + " weak scaling on " + base.device, a.bucket_cap_mb, rows.size(), model);
   std::ifstream in(a.out + "/scaling.md");
   std::printf("\n%s\n", std::string(std::istreambuf_iterator<char>(in), {}).c_str());
   std::printf("wrote %s, %s/scaling.md\n", csv.c_str(), a.out.c_str());
