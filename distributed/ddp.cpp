@@ -306,7 +306,8 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
   sharded_grads_ = flat_zeros();
   Tensor values = flat_zeros();
   sharded_params_ = values;
-  if (copy_engines) ce_received_ = flat_zeros();
+  // The all-to-alls' receive buffer: world blocks per bucket, laid out like the gradients.
+  const Tensor received = copy_engines ? flat_zeros() : Tensor();
   for (size_t i : order) {
     const Tensor& p = params_[i].second;
     Tensor slot = values.slice(grad_offset_[i], grad_offset_[i] + p.numel()).reshape(p.shape());
@@ -323,7 +324,7 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
     GradBucket bucket;
     bucket.buffer = sharded_grads_.slice(begin, end);
     bucket.param_buffer = values.slice(begin, end);
-    bucket.flat_begin = begin;
+    if (copy_engines) bucket.received = received.slice(begin, end);
     while (next < order.size() && grad_offset_[order[next]] + params_[order[next]].second.numel() <= begin) ++next;
     for (size_t k = next; k < order.size() && grad_offset_[order[k]] < end; ++k) {
       const size_t i = order[k];
@@ -444,9 +445,8 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
     // Gloo backend both accept the output inside the input at offset rank * block).
     const int64_t block = payload.numel() / group_->size();
     const int64_t mine = group_->rank() * block;
-    if (ce_group_) {
-      // Every rank's block r lands in rank r's receive buffer; average_received() sums them after `work`.
-      bucket.received = ce_received_.slice(bucket.flat_begin, bucket.flat_begin + payload.numel());
+    if (bucket.received.defined()) {
+      // Every rank's block r lands in rank r's receive buffer; take_reduced() averages them after `work`.
       bucket.work = ce_group_->alltoall(bucket.received, payload);
     } else {
       bucket.work = group_->reduce_scatter(payload.slice(mine, mine + block), payload, op);
@@ -468,6 +468,13 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
   if (bucket_hook_ && hook_timing_ == HookTiming::WhenReduced && bucket.buffer.device().is_cuda()) {
     run_hook_when_reduced(index, bucket);
   }
+}
+
+// The current stream waits for the bucket's exchange, then makes its result the bucket's gradients.
+void DistributedDataParallel::take_reduced(GradBucket& bucket) {
+  bucket.work->wait();
+  average_received(bucket);
+  if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
 }
 
 // On the stream that just waited for the bucket's all-to-all: this rank's block of the bucket becomes the
@@ -499,9 +506,7 @@ void DistributedDataParallel::run_hook_when_reduced(size_t index, GradBucket& bu
   const int device = bucket.buffer.device().index;
   if (!update_stream_) update_stream_ = std::make_unique<UpdateStream>(device);
   cuda::StreamGuard on_updates(update_stream_->stream, device);  // the form allowed during graph capture
-  bucket.work->wait();
-  average_received(bucket);
-  if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
+  take_reduced(bucket);
   bucket_hook_(index, bucket_params(bucket));
   bucket.hooked = true;
 #else
@@ -559,9 +564,7 @@ void DistributedDataParallel::finish_backward() {
       joined_updates = true;
       continue;
     }
-    bucket.work->wait();
-    average_received(bucket);
-    if (bucket.comm_buffer.defined()) bucket.buffer.copy_(bucket.comm_buffer);
+    take_reduced(bucket);
     bucket.work.reset();
     if (bucket_hook_) bucket_hook_(b, bucket_params(bucket));
   }

@@ -148,6 +148,7 @@ class DistributedDataParallel {
 
  private:
   void verify_same_model_across_ranks();
+  void take_reduced(GradBucket& bucket);
   void average_received(GradBucket& bucket);
   bool decide_peer_exchange();
   void broadcast_from_rank0();
@@ -178,10 +179,8 @@ class DistributedDataParallel {
   std::vector<int64_t> grad_offset_;
   Tensor sharded_grads_;
   Tensor sharded_params_;
-  // DDPOptions::copy_engines with sharded CUDA buckets: the all-to-alls' group and their receive buffer
-  // (world blocks per bucket, laid out like sharded_grads_).
+  // DDPOptions::copy_engines with sharded CUDA buckets: the all-to-alls' group.
   std::shared_ptr<ProcessGroup> ce_group_;
-  Tensor ce_received_;
   std::vector<bool> ready_;              // parameter's gradient final in this backward
   std::vector<size_t> ready_order_;      // observed in the first synchronised backward
   size_t next_to_launch_ = 0;

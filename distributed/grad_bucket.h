@@ -37,9 +37,8 @@ struct GradBucket {
   // Sharded buckets only (DistributedDataParallel::shard_buckets): the parameters themselves, flat, in the
   // same layout as `buffer`; both a multiple of the world size long so each rank owns one block.
   Tensor param_buffer;
-  int64_t flat_begin = 0;  // sharded: where buffer and param_buffer begin in the flat buffers they slice
-  // DDPOptions::copy_engines: every rank's copy of this rank's block, to be averaged into it once `work`
-  // is done (undefined otherwise).
+  // DDPOptions::copy_engines: the all-to-all's output, every rank's copy of this rank's block, averaged into
+  // it once `work` is done (undefined otherwise).
   Tensor received;
   size_t pending = 0;            // gradients not yet final in this backward
   bool hooked = false;           // its reduced-hook already ran on the update stream in this backward
