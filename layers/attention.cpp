@@ -26,12 +26,12 @@ bool naive_attention_requested() {
 
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& gen)
+CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& gen, bool bias)
     : n_embd_(n_embd), n_head_(n_head), dropout_(dropout), gen_(&gen) {
   DPT_CHECK(n_head > 0 && n_embd % n_head == 0, "CausalSelfAttention: n_embd {} must be a multiple of n_head {}",
             n_embd, n_head);
-  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, true, gen));
-  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, true, gen));
+  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, bias, gen));
+  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, bias, gen));
 }
 
 Tensor CausalSelfAttention::attend(const Tensor& x) {

@@ -74,7 +74,10 @@ std::vector<Field> build_schema() {
   DPT_KEY(Int, "model.gpt.n_head", model.gpt.n_head, .min = 1, .max = 1024, .help = "attention heads");
   DPT_KEY(Int, "model.gpt.n_embd", model.gpt.n_embd, .min = 1, .max = 1 << 16,
           .help = "model width (divisible by n_head)");
-  DPT_KEY(Float, "model.gpt.dropout", model.gpt.dropout, .min = 0, .max = 1, .help = "dropout probability");
+  DPT_KEY(Float, "model.gpt.dropout", model.gpt.dropout, .min = 0, .max = 1,
+          .help = "dropout probability (embeddings, attention weights, both residual branches)");
+  DPT_KEY(Bool, "model.gpt.bias", model.gpt.bias,
+          .help = "biases in the Linears and LayerNorms; false as in nanoGPT's recipes");
   DPT_KEY(IntList, "model.cnn.channels", model.cnn.channels, .min = 1,
           .help = "output channels of each conv + ReLU + 2x2 max-pool stage");
   DPT_KEY(Int, "model.cnn.kernel_size", model.cnn.kernel_size, .min = 1, .max = 15, .help = "conv kernel (odd)");
@@ -94,7 +97,8 @@ std::vector<Field> build_schema() {
           .help = "tail of the data held out for evaluation when there is no val_path");
   DPT_KEY(Int, "data.seq_len", data.seq_len, .min = 1, .max = 1 << 20, .help = "gpt: tokens per example");
   DPT_KEY(Choice, "data.window", data.window, .choices = {"random", "sequential"},
-          .help = "gpt: where examples start in the token stream");
+          .help = "gpt: where examples start: random draws a fresh uniform start for every example of every "
+                  "epoch, sequential tiles the stream");
   DPT_KEY(Int, "data.num_samples", data.num_samples, .min = 1, .max = 1LL << 32, .help = "synthetic: examples");
   DPT_KEY(Int, "data.num_features", data.num_features, .min = 1, .max = 1 << 24, .help = "synthetic: input width");
   DPT_KEY(Int, "data.num_classes", data.num_classes, .min = 2, .max = 1 << 24, .help = "synthetic: classes");
@@ -188,7 +192,9 @@ std::vector<Field> build_schema() {
   DPT_KEY(Bool, "logging.progress_bar", logging.progress_bar, .help = "progress bar when attached to a terminal");
 
   DPT_KEY(Int, "eval.every", eval.every, .min = 0, .help = "steps between evaluations; 0: at the end only");
-  DPT_KEY(Int, "eval.batches", eval.batches, .min = 1, .help = "validation batches per evaluation");
+  DPT_KEY(Int, "eval.batches", eval.batches, .min = 1,
+          .help = "validation batches per evaluation; the loss is their mean (gpt with random windows: that many "
+                  "random windows of the held-out data, the same ones each time)");
   DPT_KEY(Int, "eval.sample_tokens", eval.sample_tokens, .min = 0, .help = "gpt: tokens of text sampled at the end");
 #undef DPT_KEY
   return s;

@@ -32,6 +32,7 @@ struct GptConfig {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0.0;
+  bool bias = true;  // biases in the Linears and LayerNorms
 };
 
 struct CnnConfig {

@@ -72,8 +72,9 @@ void MetricsLog::train(const TrainRecord& r) {
       r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", number(r.loss_scale)) : ""));
 }
 
-void MetricsLog::eval(int64_t step, double val_loss) {
-  write_line(fmt::format("{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}}}", step, number(val_loss)));
+void MetricsLog::eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step) {
+  write_line(fmt::format("{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}, \"best_val_loss\": {}, \"best_step\": {}}}",
+                         step, number(val_loss), number(best_val_loss), best_step));
 }
 
 std::string human_count(double v) {

@@ -5,7 +5,7 @@
 //
 // Records: {"type": "train", "step", "loss", "lr", "grad_norm", "step_ms", "throughput",
 // "throughput_per_gpu", "unit", "mfu", "elapsed_s", "skipped"} (plus "loss_scale" under fp16) and
-// {"type": "eval", "step", "val_loss"}.
+// {"type": "eval", "step", "val_loss", "best_val_loss", "best_step"} (the best so far, this one included).
 // Numbers are written in their shortest exact form, so two runs can be compared digit for digit;
 // non-finite values are written as null (JSON has no NaN).
 #include <cstdint>
@@ -40,7 +40,7 @@ class MetricsLog {
   MetricsLog& operator=(const MetricsLog&) = delete;
 
   void train(const TrainRecord& r);
-  void eval(int64_t step, double val_loss);
+  void eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step);
 
  private:
   void write_line(const std::string& line);

@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -101,7 +102,11 @@ void Trainer::setup_data() {
     vl.batch_size = std::min<int64_t>(config_.training.batch_size, vsampler->size());
     vl.prefetch = 0;  // evaluation restarts from its first batch each time
     val_loader_ = std::make_unique<data::Loader>(data_.val, vsampler, vl);
-    eval_batches_ = std::min(config_.eval.batches, val_loader_->batches_per_epoch());
+    // Random windows are drawn afresh each (validation) epoch, so eval.batches may span several; a
+    // sequential pass has nothing new to show after its first.
+    eval_batches_ = config_.data.window == "random" && config_.model.kind == "gpt"
+                        ? config_.eval.batches
+                        : std::min(config_.eval.batches, val_loader_->batches_per_epoch());
   }
 }
 
@@ -200,10 +205,15 @@ void Trainer::setup_optimizer() {
   if (!sharded) optimizer_ = make_optimizer(o, groups);
   if (resume_from_) {
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
+    const auto& extra = resume_from_->state.extra;
     bad_steps_ = extra_int(*resume_from_, "train.bad_steps");
+    // Checkpoints of older runs carry no best validation loss: it starts afresh.
+    if (extra.count("train.best_val_step") && extra_int(*resume_from_, "train.best_val_step") >= 0) {
+      best_val_step_ = extra_int(*resume_from_, "train.best_val_step");
+      best_val_loss_ = std::strtod(extra.at("train.best_val_loss").c_str(), nullptr);
+    }
     // The fp16 loss scale continues where it was (a checkpoint of another precision has none: the
     // scale starts afresh).
-    const auto& extra = resume_from_->state.extra;
     if (optim::LossScaler* scaler = mixed_->loss_scaler(); scaler && extra.count("train.loss_scale")) {
       double scale = 0;
       try {
