@@ -54,7 +54,7 @@ DPT_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t offset, uint64_t 
   // are within an ulp or two of exact, so the rounded floats agree unless a result lies within ~2^-28
   // relative of a float rounding boundary. Products only (no a * b + c), so FMA contraction on the
   // device cannot change the result either.
-  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  return static_cast<float>(::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2));
 }
 
 }  // namespace dpt::philox

@@ -289,12 +289,14 @@ void Trainer::setup_optimizer() {
               "(distributed.grad_exchange)",
               ddp_ ? ddp_->exchange_name() : "");
     // What the graph holds: zeroed gradients, the loss, its backward (apps/train/step_graph.h).
-    step_graph_ = std::make_unique<StepGraph>([this](const data::Batch& batch) {
-      model_->module()->zero_grad();
-      Tensor loss = model_->loss(batch, compute_);
-      mixed_->scale_loss(loss).backward();
-      return loss;
-    });
+    step_graph_ = std::make_unique<StepGraph>(
+        [this](const data::Batch& batch) {
+          model_->module()->zero_grad();
+          Tensor loss = model_->loss(batch, compute_);
+          mixed_->scale_loss(loss).backward();
+          return loss;
+        },
+        gen_);
   }
 }
 
