@@ -226,17 +226,6 @@ def flops_per_step(cfg, n_params):
     return 6 * n_params * cfg["batch"]
 
 
-def set_tf32(allow):
-    """TF32 for float32 matmuls on or off, through the API this PyTorch has (2.9 replaced allow_tf32;
-    mixing the two is an error there)."""
-    try:
-        torch.backends.cuda.matmul.fp32_precision = "tf32" if allow else "ieee"
-        torch.backends.cudnn.conv.fp32_precision = "tf32" if allow else "ieee"
-    except (AttributeError, AssertionError):  # before 2.9
-        torch.backends.cuda.matmul.allow_tf32 = allow
-        torch.backends.cudnn.allow_tf32 = allow
-
-
 @contextlib.contextmanager
 def other_kernels(precision):
     """--floor kernels: the same arithmetic through other GPU kernels (deterministic algorithms, cuBLASLt
@@ -312,7 +301,9 @@ def run(name, args, device, compile_model, kernels=False, start=None, group=None
     units = cfg["batch"] * cfg["seq"] if cfg["kind"] == "gpt" else cfg["batch"]
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
     cuda = device.type == "cuda"
-    set_tf32(args.precision == "tf32")
+    # The older of PyTorch's two TF32 switches: torch.compile (2.9 to 2.11 at least) reads it, and fails once
+    # the newer one (matmul.fp32_precision) has been set. No convolutions here, so cuDNN's switch is moot.
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
 
     def step(i):
         x, y = batches[i % len(batches)]
