@@ -226,6 +226,7 @@ done
 [[ -x "$bin/dpt-bench" && -x "$bin/dpt-run" ]] || usage_error "$bin has no dpt-bench or dpt-run: build first (scripts/gpu-test.sh)"
 python3 -c 'import torch' 2>/dev/null || usage_error "python3 cannot import torch: the PyTorch side cannot run"
 visible="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
+((visible > 0)) || usage_error "no GPU visible to nvidia-smi -L"
 # NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
 source "$root/scripts/gpu-env.sh"
 mkdir -p "$out"
@@ -286,12 +287,14 @@ for c in "${combinations[@]}"; do
     # shellcheck disable=SC2053  # the pattern is a glob on purpose
     if [[ "$c" == $pattern ]]; then status=excluded note="DPT_CONV_EXCLUDE has '$pattern'"; fi
   done
-  if ((interrupted)); then
+  if [[ "$status" != run ]]; then
+    :
+  elif ((n > visible)); then
+    status=skipped note="needs $n GPUs, $visible visible (nvidia-smi -L)"
+  elif ((interrupted)); then
     status=interrupted note="the run was stopped before this combination"
   elif ((deadline > 0 && SECONDS - began >= deadline)); then
     status=interrupted note="not started: $((SECONDS - began)) s had passed (DPT_CONV_DEADLINE_S=$deadline)"
-  elif [[ "$status" == run ]] && ((n > visible)); then
-    status=skipped note="needs $n GPUs, $visible visible (nvidia-smi -L)"
   fi
   if [[ "$status" == run ]]; then
     run_combination "$tag" "$w" "$p" "$n" "$b" "$floor"
