@@ -42,11 +42,12 @@ Tensor CausalSelfAttention::attend(const Tensor& x) {
   // 1. One projection for q, k and v: [B, T, C] -> [B, T, 3C].
   Tensor qkv_out = qkv->forward(x);
   Tensor y;
-  if (x.device().is_cuda() && !naive_attention_requested() && !(is_training() && dropout_ > 0)) {
+  const double p = is_training() ? dropout_ : 0.0;
+  if (x.device().is_cuda() && !naive_attention_requested() && (p == 0 || causal_attention_dropout_fused(qkv_out, h))) {
     // 2+3. Fused flash attention on the packed projection (core/ops_flash_attention.h): no [B, H, T, T]
     // scores in memory, and q, k, v read and the heads merged in place, [B, T, 3C] -> [B, T, C]. Dropout
-    // on the attention weights needs those weights, so training with attention dropout stays composed.
-    y = causal_attention_qkv(qkv_out, n_head_, scale);
+    // on the attention weights is drawn inside the kernels, the mask the composed path below would draw.
+    y = causal_attention_qkv(qkv_out, n_head_, scale, p, *gen_);
   } else {
     // Split heads: [B, T, C] -> [B, H, T, D].
     std::vector<Tensor> parts = split(qkv_out, {n_embd_, n_embd_, n_embd_}, 2);
