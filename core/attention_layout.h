@@ -63,7 +63,7 @@ struct AttentionLayouts {
 };
 
 // Dropout on the attention weights inside the fused kernels: the weight of query i and key j in head h is
-// kept when philox::uniform_at(rng, (h t + i) t + j) > p, and then scaled by 1 / (1 - p) — the very mask
+// kept when philox::dropout_uniform_at(rng, (h t + i) t + j) > p, and then scaled by 1 / (1 - p) — the very mask
 // dpt::dropout draws for the [bh, t, t] weights from the same generator state, so the composed path is the
 // reference. The softmax statistics (lse) are those before dropout; the backward draws the mask again.
 // p == 0: no dropout.

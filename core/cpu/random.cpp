@@ -48,7 +48,7 @@ void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rn
     T* y = out.data<T>();
     const int64_t n = out.numel();
     for (int64_t i = 0; i < n; ++i) {
-      const bool keep = philox::uniform_at(rng.seed, rng.offset, static_cast<uint64_t>(i)) > threshold;
+      const bool keep = philox::dropout_uniform_at(rng.seed, rng.offset, static_cast<uint64_t>(i)) > threshold;
       y[i] = keep ? convert<T>(convert<A>(x[i]) * scale) : convert<T>(A(0));
     }
   });

@@ -211,7 +211,17 @@ __device__ __forceinline__ uint64_t dropout_start(const AttentionDropout& d) {
 __device__ __forceinline__ bool dropout_keeps(const AttentionDropout& d, uint64_t start, int64_t head, int t, int query,
                                               int key) {
   const uint64_t index = (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
-  return philox::uniform_at(d.rng.seed, start, index) > d.p;
+  return philox::dropout_uniform_at(d.rng.seed, start, index) > d.p;
+}
+// The factors of keys `key` and `key + 1` of one query: neighbours in the draw, so mostly one Philox call.
+__device__ __forceinline__ float2 dropout_pair(const AttentionDropout& d, uint64_t start, int64_t head, int t,
+                                               int query, int key, float scale) {
+  const uint64_t n =
+      start + (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
+  const philox::Words w = philox::dropout_words(d.rng.seed, n >> 2);
+  const float u0 = philox::word_of(w, n & 3);
+  const float u1 = (n & 3) != 3 ? philox::word_of(w, (n & 3) + 1) : philox::word_of(philox::dropout_words(d.rng.seed, (n >> 2) + 1), 0);
+  return make_float2(u0 > d.p ? scale : 0.0f, u1 > d.p ? scale : 0.0f);
 }
 
 template <int D, int W>
@@ -348,10 +358,12 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
         sum1[j & 1] += p2 + p3;
         if (drop.p > 0) {  // the sums above are the softmax's; only the weights applied to V are dropped
           const int c = k0 + 8 * j + 2 * tq;
-          p0 *= dropout_keeps(drop, drop_start, blockIdx.x, t, r0, c) ? drop_scale : 0.0f;
-          p1 *= dropout_keeps(drop, drop_start, blockIdx.x, t, r0, c + 1) ? drop_scale : 0.0f;
-          p2 *= dropout_keeps(drop, drop_start, blockIdx.x, t, r1, c) ? drop_scale : 0.0f;
-          p3 *= dropout_keeps(drop, drop_start, blockIdx.x, t, r1, c + 1) ? drop_scale : 0.0f;
+          const float2 z0 = dropout_pair(drop, drop_start, blockIdx.x, t, r0, c, drop_scale);
+          const float2 z1 = dropout_pair(drop, drop_start, blockIdx.x, t, r1, c, drop_scale);
+          p0 *= z0.x;
+          p1 *= z0.y;
+          p2 *= z1.x;
+          p3 *= z1.y;
         }
         pf[j / 2][2 * (j & 1)] = pack_bf16(p0, p1);
         pf[j / 2][2 * (j & 1) + 1] = pack_bf16(p2, p3);
@@ -717,10 +729,12 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
           if (c + 1 > r1) p[j][3] = 0.0f;
         }
         if (drop.p > 0) {  // dS = P (dP Z - dvec)
-          dp[j][0] *= dropout_keeps(drop, drop_start, blockIdx.x, t, r0, c) ? drop_scale : 0.0f;
-          dp[j][1] *= dropout_keeps(drop, drop_start, blockIdx.x, t, r0, c + 1) ? drop_scale : 0.0f;
-          dp[j][2] *= dropout_keeps(drop, drop_start, blockIdx.x, t, r1, c) ? drop_scale : 0.0f;
-          dp[j][3] *= dropout_keeps(drop, drop_start, blockIdx.x, t, r1, c + 1) ? drop_scale : 0.0f;
+          const float2 z0 = dropout_pair(drop, drop_start, blockIdx.x, t, r0, c, drop_scale);
+          const float2 z1 = dropout_pair(drop, drop_start, blockIdx.x, t, r1, c, drop_scale);
+          dp[j][0] *= z0.x;
+          dp[j][1] *= z0.y;
+          dp[j][2] *= z1.x;
+          dp[j][3] *= z1.y;
         }
         dsf[j / 2][2 * (j & 1)] = pack_bf16(p[j][0] * (dp[j][0] - dvec0), p[j][1] * (dp[j][1] - dvec0));
         dsf[j / 2][2 * (j & 1) + 1] = pack_bf16(p[j][2] * (dp[j][2] - dvec1), p[j][3] * (dp[j][3] - dvec1));

@@ -40,6 +40,7 @@ void launch_random(const Tensor& out, uint64_t seed, uint64_t offset, double shi
 }
 
 // Grid-stride over elements, one Philox call each (the CPU kernel's very function), in float32.
+// A thread per group of four Philox numbers (philox::dropout_uniform_at): one call, up to four elements.
 // Products in float32 (float64 for float64 tensors), as on the CPU.
 template <class T>
 __global__ void dropout_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t n, float threshold,
@@ -47,10 +48,17 @@ __global__ void dropout_kernel(const T* __restrict__ in, T* __restrict__ out, in
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   const A s = static_cast<A>(scale);
   const uint64_t start = offset + (base != nullptr ? *base : 0);
-  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
-  for (int64_t i = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
-    const bool keep = philox::uniform_at(seed, start, static_cast<uint64_t>(i)) > threshold;
-    out[i] = keep ? convert<T>(convert<A>(in[i]) * s) : convert<T>(A(0));
+  const uint64_t first = start >> 2, groups = ((start + static_cast<uint64_t>(n) - 1) >> 2) - first + 1;
+  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
+  for (uint64_t g = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
+    const philox::Words w = philox::dropout_words(seed, first + g);
+#pragma unroll
+    for (uint64_t word = 0; word < 4; ++word) {
+      const int64_t i = static_cast<int64_t>(4 * (first + g) + word - start);  // the element of this number
+      if (i < 0 || i >= n) continue;
+      const bool keep = philox::word_of(w, word) > threshold;
+      out[i] = keep ? convert<T>(convert<A>(in[i]) * s) : convert<T>(A(0));
+    }
   }
 }
 
@@ -67,7 +75,7 @@ void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rn
   cuda::DeviceGuard guard(device);
   visit_floating(out.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
-    dropout_kernel<T><<<grid_for(n, device), kThreads, 0, cuda::current_stream(device)>>>(
+    dropout_kernel<T><<<grid_for(n / 4 + 1, device), kThreads, 0, cuda::current_stream(device)>>>(
         ptr<T>(in), ptr<T>(out), n, static_cast<float>(p), 1.0 / (1.0 - p), rng.seed, rng.offset, rng.base);
     DPT_CUDA_CHECK_LAUNCH();
   });

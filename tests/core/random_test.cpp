@@ -98,7 +98,7 @@ TEST(Random, DropoutKeepsByThePhiloxDrawAndItsBackwardUsesTheSameMask) {
   std::vector<double> out = y.to_vector<double>();
   int64_t kept = 0;
   for (size_t i = 0; i < out.size(); ++i) {
-    const bool keep = philox::uniform_at(21, 1000, i) > 0.25f;
+    const bool keep = philox::dropout_uniform_at(21, 1000, i) > 0.25f;
     EXPECT_EQ(out[i], keep ? 1.0 / 0.75 : 0.0) << i;
     kept += keep;
   }
