@@ -128,9 +128,9 @@ std::vector<Field> build_schema() {
   DPT_KEY(Float, "training.grad_clip", training.grad_clip, .min = 0, .help = "max gradient norm; 0: off");
   DPT_KEY(Int, "training.max_bad_steps", training.max_bad_steps, .min = 0,
           .help = "non-finite steps skipped before stopping");
-  DPT_KEY(Bool, "training.cuda_graph", training.cuda_graph,
-          .help = "replay forward and backward (with DDP's AllReduces) from a CUDA graph after two eager steps; "
-                  "GPU, grad_accum 1, bf16 or fp32");
+  DPT_KEY(Choice, "training.cuda_graph", training.cuda_graph, .choices = {"auto", "true", "false"},
+          .help = "replay forward and backward (with DDP's AllReduces) from a CUDA graph after two eager steps: "
+                  "true needs a GPU, grad_accum 1, bf16 or fp32; auto does it whenever one process on a GPU allows it");
 
   DPT_KEY(Choice, "optim.kind", optim.kind, .choices = {"adamw", "adam", "sgd"}, .help = "optimizer");
   DPT_KEY(Float, "optim.lr", optim.lr, .min = 0, .min_exclusive = true, .max = 100, .help = "peak learning rate");
@@ -843,7 +843,7 @@ class Loader {
     } else if (cuda && options_.check_device && !cuda::is_available()) {
       report("training.device", fmt::format("'{}' requested but no CUDA device is available (use auto or cpu)", dev));
     }
-    if (c.training.cuda_graph) check_cuda_graph(c);
+    if (c.training.cuda_graph == "true") check_cuda_graph(c);
     if (c.distributed.zero) check_zero(c);
     if (c.distributed.gathered_grads) check_gathered(c);
     if (c.distributed.copy_engines && !c.distributed.zero) {

@@ -85,7 +85,9 @@ struct TrainingConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (auto: the local rank's GPU when there is one)
   double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping
   int64_t max_bad_steps = 10;   // non-finite loss/grad-norm steps skipped before the run stops
-  bool cuda_graph = false;      // forward + backward replayed from a CUDA graph (apps/train/step_graph.h)
+  // forward + backward replayed from a CUDA graph (apps/train/step_graph.h): true, false, or auto (whenever
+  // the run allows it: one process on a GPU, grad_accum 1, bf16 or fp32)
+  std::string cuda_graph = "auto";
 };
 
 struct OptimConfig {

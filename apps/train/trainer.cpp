@@ -274,6 +274,7 @@ int Trainer::run() {
                sharding);
   spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
                config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");
+  spdlog::info("steps   {}", graph_choice_);
   if (start_step_ > 0) spdlog::info("resuming from {} at step {}", resume_path_, start_step_);
   if (start_step_ >= total_steps_) {
     spdlog::info(

@@ -44,6 +44,9 @@ class Trainer {
   void resume_or_start();  // picks the checkpoint, loads weights (fp32, before mixed precision)
   void setup_optimizer();  // mixed precision, optimizer (+ its checkpointed state), schedule, DDP
   void open_run_dir();     // resolved config and metrics; only once nothing can fail any more
+  // How steps run, and why: "replayed from a CUDA graph ..." or "eager (...)".
+  std::string choose_cuda_graph() const;
+  std::string graph_choice_;
 
   // --- the loop's pieces (trainer.cpp) ---
   struct StepResult {

@@ -57,7 +57,7 @@ void Trainer::setup_device() {
     device_name_ = cuda::device_name(device_.index);
     peak_tflops_ = nn::peak_bf16_tflops(device_name_.c_str());
   }
-  DPT_CHECK(!config_.training.cuda_graph || device_.is_cuda(),
+  DPT_CHECK(config_.training.cuda_graph != "true" || device_.is_cuda(),
             "training.cuda_graph: needs a GPU, and this run trains on {} (training.device {})", device_.str(), dev);
   const std::string& precision = config_.training.precision;
   const bool bf16 = precision == "bf16" || (precision == "auto" && device_.is_cuda());
@@ -194,6 +194,21 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, std::vect
 
 }  // namespace
 
+std::string Trainer::choose_cuda_graph() const {
+  const std::string& setting = config_.training.cuda_graph;
+  if (setting == "true") return "replayed from a CUDA graph (training.cuda_graph true)";
+  if (setting == "false") return "eager (training.cuda_graph false)";
+  // auto: what a replay can hold, on one process (several processes keep the exchange the user chose eager).
+  const char* why_not = !device_.is_cuda()                   ? "not on a GPU"
+                        : env_.world_size > 1                 ? "several processes"
+                        : config_.training.grad_accum > 1     ? "grad_accum > 1"
+                        : compute_ == DType::Float16          ? "fp16's loss scale changes between steps"
+                        : sharded_ != nullptr                 ? "a sharded optimizer"
+                                                              : nullptr;
+  if (why_not != nullptr) return fmt::format("eager (training.cuda_graph auto: {})", why_not);
+  return "replayed from a CUDA graph after two eager steps (training.cuda_graph auto)";
+}
+
 void Trainer::setup_optimizer() {
   mixed_ = std::make_unique<optim::MixedPrecision>(model_->module()->named_parameters(), compute_);
   const OptimConfig& o = config_.optim;
@@ -283,7 +298,8 @@ void Trainer::setup_optimizer() {
     }
     resume_from_.reset();  // the tensors are copied; free the host memory
   }
-  if (config_.training.cuda_graph) {
+  graph_choice_ = choose_cuda_graph();
+  if (graph_choice_.rfind("replayed", 0) == 0) {
     DPT_CHECK(!ddp_ || ddp_->graph_capturable(),
               "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
               "(distributed.grad_exchange)",

@@ -243,6 +243,8 @@ TEST(TrainResume, ResumedMlpRunReproducesTheUninterruptedLossesExactly) {
   ScratchDir full("resume.mlp.full"), resumed("resume.mlp.resumed");
   RunResult a = train(config_path("mlp_synthetic.yaml"), small_mlp(full, 30));
   ASSERT_EQ(a.exit_code, 0) << a.output;
+  // The first lines say how steps run and why (training.cuda_graph auto).
+  EXPECT_NE(a.output.find("eager (training.cuda_graph auto: not on a GPU)"), std::string::npos) << a.output;
   // The interrupted run: the newest checkpoint damaged (truncated), the one before it gone; the run
   // must pass over both and continue from step 10.
   fs::copy(full.file("run"), resumed.file("run"), fs::copy_options::recursive);
