@@ -17,6 +17,12 @@ struct PhiloxArgs {
 
 namespace dpt::kernels {
 
+// embedding_backward's summation order, the same on every device (so CPU and CUDA agree bit for bit): the
+// k-th lookup of a row (in index order) is added to partial sum k % kEmbeddingLanes, and the row's gradient
+// becomes its old value plus the partial sums in order. Spreading a row's lookups over lanes is what lets a
+// GPU sum the rows of a small vocabulary, each looked up thousands of times, in parallel.
+constexpr int kEmbeddingLanes = 8;
+
 enum class UnaryOp {
   Neg, Exp, Log, Sqrt, Pow, Relu, Gelu, Tanh, Sigmoid,
   ReluGrad,  // 1 where x > 0 else 0

@@ -1,5 +1,6 @@
 // Embedding lookup and its scatter-add backward. The backward adds rows in index order (no atomics),
 // so repeated indices give the same sum on every run.
+#include <algorithm>
 #include <cstring>
 #include <vector>
 
@@ -48,18 +49,38 @@ void embedding_backward(const Tensor& grad_out, const Tensor& indices, const Ten
     using C = Compute<T>;
     const T* g = grad_out.data<T>();
     T* gw = grad_weight.data<T>();
-    // Accumulate in the compute type and round once, so bf16 sums of many rows keep their precision.
-    std::vector<C> acc(static_cast<size_t>(num * dim));
-    for (size_t j = 0; j < acc.size(); ++j) acc[j] = convert<C>(gw[j]);
+    // Accumulate in the compute type and round once, so bf16 sums of many rows keep their precision; the
+    // order is kernels::kEmbeddingLanes's, the CUDA kernel's.
+    std::vector<int64_t> rows(static_cast<size_t>(count));
     visit_index(indices.dtype(), "embedding_backward", [&](auto itag) {
       using I = decltype(itag);
       const I* idx = indices.data<I>();
-      for (int64_t i = 0; i < count; ++i) {
-        int64_t row = checked_index(idx[i], num);
-        for (int64_t d = 0; d < dim; ++d) acc[row * dim + d] += convert<C>(g[i * dim + d]);
-      }
+      for (int64_t i = 0; i < count; ++i) rows[static_cast<size_t>(i)] = checked_index(idx[i], num);
     });
-    for (size_t j = 0; j < acc.size(); ++j) gw[j] = convert<T>(acc[j]);
+    // Each row's lookups, in index order (a counting sort).
+    std::vector<int64_t> first(static_cast<size_t>(num) + 1, 0), order(static_cast<size_t>(count));
+    for (int64_t r : rows) ++first[static_cast<size_t>(r) + 1];
+    for (size_t r = 0; r < static_cast<size_t>(num); ++r) first[r + 1] += first[r];
+    std::vector<int64_t> next(first.begin(), first.end() - 1);
+    for (int64_t i = 0; i < count; ++i) order[static_cast<size_t>(next[static_cast<size_t>(rows[static_cast<size_t>(i)])]++)] = i;
+    constexpr int kLanes = kernels::kEmbeddingLanes;
+    std::vector<C> lanes(static_cast<size_t>(kLanes * dim));
+    for (int64_t r = 0; r < num; ++r) {
+      const int64_t begin = first[static_cast<size_t>(r)], end = first[static_cast<size_t>(r) + 1];
+      if (begin == end) continue;
+      std::fill(lanes.begin(), lanes.end(), C(0));
+      for (int64_t k = begin; k < end; ++k) {
+        C* lane = lanes.data() + ((k - begin) % kLanes) * dim;
+        const T* src = g + order[static_cast<size_t>(k)] * dim;
+        for (int64_t d = 0; d < dim; ++d) lane[d] += convert<C>(src[d]);
+      }
+      T* dst = gw + r * dim;
+      for (int64_t d = 0; d < dim; ++d) {
+        C sum = convert<C>(dst[d]);
+        for (int l = 0; l < kLanes; ++l) sum += lanes[static_cast<size_t>(l * dim + d)];
+        dst[d] = convert<T>(sum);
+      }
+    }
   });
 }
 

@@ -60,7 +60,7 @@ __global__ void make_keys_kernel(const I* __restrict__ indices, int64_t count, i
 // up). A small vocabulary has long runs (a character model's 65 rows share 16k positions), so the block
 // spreads a run over kRunLanes lanes: lane y adds positions y, y + kRunLanes, ... of the run, then lane 0 adds
 // the lanes in order. The grouping depends only on the run, never on timing: deterministic.
-constexpr int kRunLanes = 8;
+constexpr int kRunLanes = kernels::kEmbeddingLanes;
 constexpr int kRunColumns = 32;
 constexpr int kRunChunks = 8;  // columns a pass: kRunChunks x kRunColumns, each lane keeping one sum per chunk
 
