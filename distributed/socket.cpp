@@ -300,12 +300,5 @@ std::string local_address_towards(const std::string& peer_host) {
   return out;
 }
 
-int find_free_port() {
-  int fd = listen_tcp(0, 1);
-  int port = bound_port(fd);
-  ::close(fd);
-  return port;
-}
-
 }  // namespace net
 }  // namespace dpt::dist

@@ -64,9 +64,6 @@ bool recv_all(int fd, void* data, size_t n, Clock::time_point deadline, const st
 // interface the peers can reach). Falls back to "127.0.0.1" for a loopback peer.
 std::string local_address_towards(const std::string& peer_host);
 
-// Free TCP port on this host (bind to port 0, read it back, close).
-int find_free_port();
-
 void close_fd(int fd);
 
 }  // namespace net

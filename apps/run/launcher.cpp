@@ -117,6 +117,14 @@ pid_t spawn(const LaunchConfig& c, int local_rank, int attempt, int out_fd, int 
   set_env("MASTER_PORT", std::to_string(c.master_port));
   set_env("DPT_RESTART_COUNT", std::to_string(attempt));
   set_env("DPT_MAX_RESTARTS", std::to_string(c.max_restarts));
+  if (!c.job_id.empty()) set_env("DPT_JOB_ID", c.job_id);
+  // Rank 0 gets the rendezvous socket this launcher bound (it stays open here across restarts, so no
+  // other program can take the port in between); nobody else inherits it.
+  ::unsetenv("DPT_STORE_FD");
+  if (c.store_fd >= 0 && c.node_rank == 0 && local_rank == 0) {
+    ::fcntl(c.store_fd, F_SETFD, 0);
+    set_env("DPT_STORE_FD", std::to_string(c.store_fd));
+  }
   ::setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink SHARP off unless the user asked for it
   if (c.nproc_per_node > 1) ::setenv("OMP_NUM_THREADS", "1", 0);  // workers must not oversubscribe cores
   std::vector<char*> argv;

@@ -15,6 +15,8 @@ struct LaunchConfig {
   int master_port = 29500;
   int max_restarts = 0;
   double grace_period_s = 5.0;  // between SIGTERM and SIGKILL when stopping workers
+  std::string job_id;           // DPT_JOB_ID for every worker ("": they derive their own)
+  int store_fd = -1;            // node 0: the bound rendezvous socket, handed to rank 0 (DPT_STORE_FD)
   std::vector<std::string> command;  // program and its arguments
 };
 
