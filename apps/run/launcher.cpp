@@ -422,7 +422,7 @@ GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
   if (auto cause = find_root_cause(outcomes)) {
     result.root_cause = exits[cause->index];
     result.why = cause->reason;
-    if (outcomes[cause->index].report) result.error = outcomes[cause->index].report->message;
+    if (outcomes[cause->index].report && cause->report_is_cause) result.error = outcomes[cause->index].report->message;
   }
   return result;
 }

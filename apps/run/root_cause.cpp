@@ -46,7 +46,7 @@ std::optional<RootCause> find_root_cause(const std::vector<WorkerOutcome>& outco
   for (size_t i = 0; i < outcomes.size(); ++i) {
     const auto& o = outcomes[i];
     if (o.stalled_s > 0 && (!best || o.stalled_s > outcomes[best->index].stalled_s))
-      best = RootCause{i, "it stopped making progress (" + o.stall + "); the others failed waiting for it"};
+      best = RootCause{i, "it stopped making progress (" + o.stall + "); the others failed waiting for it", false};
   }
   if (best) return best;
   for (size_t i = 0; i < outcomes.size(); ++i)

@@ -26,6 +26,9 @@ struct WorkerOutcome {
 struct RootCause {
   size_t index = 0;    // into the outcomes
   std::string reason;  // why this worker, in a few words
+  // Whether its reported error tells what went wrong. A stalled rank's error, if it has one, came after
+  // the others had given up on it.
+  bool report_is_cause = true;
 };
 
 // True for an error that only reports the loss of a peer (a closed connection, a timeout waiting for

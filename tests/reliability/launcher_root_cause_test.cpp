@@ -55,6 +55,8 @@ TEST(LauncherRootCause, ARankStoppedBySigstopIsNamedAtOnceAndAsTheRootCause) {
   EXPECT_CONTAINS(f.output, "has stopped making progress: stopped by SIGSTOP");
   EXPECT_CONTAINS(f.output, "root cause: rank 2 (it stopped making progress (stopped by SIGSTOP)");
   EXPECT_CONTAINS(f.output, "rank       : 2 (local rank 2, node 0)");
+  // Whatever rank 2 said once dpt-run let it go on is no cause: the report shows no error for it.
+  EXPECT_EQ(dpt::reliability::count(f.output, "error      : "), 0) << f.output;
 }
 
 // The stopped process is not dpt-run's child but runs under a shell: only its heartbeat tells.
@@ -70,6 +72,7 @@ TEST(LauncherRootCause, AStalledRankBehindAWrapperIsNamedFromItsHeartbeat) {
   EXPECT_CONTAINS(f.output, "has stopped making progress: no heartbeat for ");
   EXPECT_CONTAINS(f.output, "root cause: rank 1 (it stopped making progress (no heartbeat for ");
   EXPECT_CONTAINS(f.output, "is in state T (stopped)");
+  EXPECT_EQ(dpt::reliability::count(f.output, "error      : "), 0) << f.output;
 }
 
 }  // namespace
