@@ -1,7 +1,15 @@
 #include "distributed/env.h"
 
+#include <fcntl.h>
+#include <sys/stat.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "core/error.h"
 
@@ -57,6 +65,29 @@ std::string master_or_loopback(const EnvLookup& lookup, const DistEnv& e, const 
             "MASTER_ADDR is not set and the job spans several nodes ({} ranks, {} on this node); {}", e.world_size,
             e.local_world_size, hint);
   return "127.0.0.1";
+}
+
+// The id every rank of this job shares (see env.h); `source` gets the variable it came from.
+std::string job_id(const EnvLookup& lookup, int world_size, std::string& source) {
+  for (const char* name : {"DPT_JOB_ID", "TORCHELASTIC_RUN_ID"}) {
+    if (auto v = get(lookup, name)) {
+      source = name;
+      return *v;
+    }
+  }
+  if (auto job = get(lookup, "SLURM_JOB_ID")) {
+    source = "SLURM_JOB_ID";
+    auto step = get(lookup, "SLURM_STEP_ID");
+    return "slurm-" + *job + (step ? "." + *step : "");
+  }
+  for (const char* name : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+    if (auto v = get(lookup, name)) {
+      source = name;
+      return "mpi-" + *v;
+    }
+  }
+  source = "default";
+  return "world" + std::to_string(world_size);
 }
 
 }  // namespace
@@ -171,11 +202,56 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
     e.master_port = optional_int(lookup, "MASTER_PORT", kDefaultMasterPort);
   }
   validate(e);
+  e.job_id = job_id(lookup, e.world_size, e.job_id_source);
+  e.store_fd = optional_int(lookup, "DPT_STORE_FD", -1);
+  DPT_CHECK(e.store_fd >= -1, "DPT_STORE_FD must be a file descriptor, found {}", e.store_fd);
+  e.error_file = get(lookup, "DPT_ERROR_FILE").value_or("");
+  e.heartbeat_file = get(lookup, "DPT_HEARTBEAT_FILE").value_or("");
   return e;
 }
 
 DistEnv read_dist_env() {
   return parse_dist_env([](const char* name) { return std::getenv(name); });
+}
+
+void report_error_to_launcher(const std::string& message) {
+  const char* path = std::getenv("DPT_ERROR_FILE");
+  if (path == nullptr || *path == '\0') return;
+  auto now = std::chrono::system_clock::now().time_since_epoch();
+  std::ofstream out(path, std::ios::trunc);
+  out << std::chrono::duration_cast<std::chrono::nanoseconds>(now).count() << "\n" << message;
+}
+
+std::optional<ErrorReport> read_error_report(const std::string& path) {
+  std::ifstream in(path);
+  ErrorReport r;
+  if (!(in >> r.time_ns)) return std::nullopt;
+  in.get();  // the newline after the time
+  std::stringstream rest;
+  rest << in.rdbuf();
+  r.message = rest.str();
+  return r;
+}
+
+Heartbeat::Heartbeat(std::string path) {
+  fd_ = ::open(path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  DPT_CHECK(fd_ >= 0, "cannot create the heartbeat file {} (DPT_HEARTBEAT_FILE): {}", path, std::strerror(errno));
+  std::string pid = std::to_string(::getpid()) + "\n";
+  [[maybe_unused]] ssize_t k = ::write(fd_, pid.data(), pid.size());
+  thread_ = std::thread([this] {
+    std::unique_lock<std::mutex> lock(mutex_);
+    while (!wake_.wait_for(lock, kInterval, [this] { return stop_; })) ::futimens(fd_, nullptr);
+  });
+}
+
+Heartbeat::~Heartbeat() {
+  {
+    std::lock_guard<std::mutex> lock(mutex_);
+    stop_ = true;
+  }
+  wake_.notify_all();
+  thread_.join();
+  ::close(fd_);
 }
 
 }  // namespace dpt::dist

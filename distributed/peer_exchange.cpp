@@ -32,7 +32,7 @@ namespace {
 
 // Where a process runs: two ranks share a host when both strings match (the boot id tells apart
 // containers on different machines that happen to share a hostname).
-std::string host_identity() {
+[[maybe_unused]] std::string host_identity() {
   char name[256] = {};
   gethostname(name, sizeof(name) - 1);
   std::string boot_id;
@@ -43,7 +43,7 @@ std::string host_identity() {
 
 // A fresh namespace for each collective call of this kind: every rank counts its own calls, and the
 // k-th call on every rank gets the same number.
-std::string next_call_key(Store& store, int rank, const std::string& what) {
+[[maybe_unused]] std::string next_call_key(Store& store, int rank, const std::string& what) {
   int64_t n = store.add("peer_exchange/" + what + "/calls/" + std::to_string(rank), 1);
   return "peer_exchange/" + what + "/" + std::to_string(n) + "/";
 }

@@ -274,8 +274,7 @@ std::shared_ptr<ProcessGroup> ProcessGroup::duplicate(ProcessGroupOptions option
 }
 
 std::shared_ptr<ProcessGroup> init_process_group(const DistEnv& env, ProcessGroupOptions options) {
-  auto tcp = std::make_shared<TcpStore>(env.master_addr, env.master_port, env.rank == 0, env.rank, env.world_size,
-                                        options.store_timeout);
+  auto tcp = std::make_shared<TcpStore>(tcp_store_options(env, options.store_timeout));
   // Keys of a restarted group must not meet the keys of the attempt before it.
   auto store = std::make_shared<PrefixStore>("attempt" + std::to_string(env.restart_count), tcp, env.rank,
                                              env.world_size);

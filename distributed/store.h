@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "distributed/env.h"
 
 namespace dpt::dist {
 
@@ -84,12 +85,34 @@ class Store {
 };
 
 class TcpStoreServer;
+class Heartbeat;
 
-// The TCP store. is_server (rank 0) starts the server on `port` (0: any free port, see port()) and
-// connects to it like every other rank. A client retries connecting until `timeout`, then fails naming
-// host:port. Calls from several threads are serialised on the one connection.
+struct TcpStoreOptions {
+  std::string host = "127.0.0.1";  // the store's address (clients)
+  int port = 0;                    // its port; for the server 0 picks a free one (see TcpStore::port)
+  bool is_server = false;          // rank 0: host the store in this process
+  int rank = 0;
+  int world_size = 1;
+  Milliseconds timeout = kDefaultStoreTimeout;
+  // Every rank of a job presents the same job id (and world size) when it connects, and the store
+  // refuses any other: two jobs given one port never mix their ranks.
+  std::string job_id;
+  int listen_fd = -1;          // server: the socket the launcher bound for it, used instead of binding `port`
+  std::string heartbeat_file;  // touched every second while the store lives (dpt-run watches it)
+};
+
+// The options for the world's store of a process launched as `env` describes.
+TcpStoreOptions tcp_store_options(const DistEnv& env, Milliseconds timeout);
+
+// The TCP store. The server (rank 0) runs TcpStoreServer on `port` and connects to it like every other
+// rank. A client retries connecting until `timeout`, then fails naming host:port; it fails at once when
+// the store there belongs to another job. Calls from several threads are serialised on the one
+// connection; every call is bounded by the timeout and gives way to a stop request (socket.h). After a
+// call fails mid-exchange the connection is out of step, and later calls fail naming that first error.
 class TcpStore : public Store {
  public:
+  explicit TcpStore(const TcpStoreOptions& options);
+  // A store of tests and tools that need no job id.
   TcpStore(const std::string& host, int port, bool is_server, int rank, int world_size,
            Milliseconds timeout = kDefaultStoreTimeout);
   ~TcpStore() override;
@@ -106,19 +129,25 @@ class TcpStore : public Store {
   int port() const { return port_; }
 
  private:
-  // Sends a request and reads its reply within `deadline`; errors name the address and `what`.
-  void send_request(const std::string& request, const std::string& what);
-  void recv_exact(void* data, size_t n, std::chrono::steady_clock::time_point deadline, const std::string& what);
-  uint8_t recv_u8(std::chrono::steady_clock::time_point deadline, const std::string& what);
-  uint32_t recv_u32(std::chrono::steady_clock::time_point deadline, const std::string& what);
-  int64_t recv_i64(std::chrono::steady_clock::time_point deadline, const std::string& what);
-  std::string recv_str(std::chrono::steady_clock::time_point deadline, const std::string& what);
+  using TimePoint = std::chrono::steady_clock::time_point;
+  void introduce(TimePoint deadline);
+  // Sends a request and reads its status byte; an error reply is thrown naming `what`.
+  uint8_t exchange(const std::string& request, const std::string& what, TimePoint deadline);
+  void recv_exact(void* data, size_t n, TimePoint deadline, const std::string& what);
+  uint8_t recv_u8(TimePoint deadline, const std::string& what);
+  uint32_t recv_u32(TimePoint deadline, const std::string& what);
+  int64_t recv_i64(TimePoint deadline, const std::string& what);
+  std::string recv_str(TimePoint deadline, const std::string& what, size_t max);
+  [[noreturn]] void fail(const std::string& what, const std::string& why);
 
   std::string host_;
   int port_;
+  std::string job_id_;
   int fd_ = -1;
-  std::mutex mutex_;  // one request/reply in flight on the connection
+  std::mutex mutex_;    // one request/reply in flight on the connection
+  std::string broken_;  // the error that left the connection out of step, if any
   std::unique_ptr<TcpStoreServer> server_;
+  std::unique_ptr<Heartbeat> heartbeat_;
 };
 
 // Every key gets `prefix` + "/" in front: one namespace per process group, per restart attempt.

@@ -1,53 +1,56 @@
 #pragma once
-// The server half of TcpStore, run by rank 0: a listening socket, one thread per connected rank, and
-// the key-value map. Requests that wait (get, wait) park on a condition variable until their keys
-// appear or their deadline passes; the reply then lists the keys still missing.
-//
-// Wire format (native byte order; all ranks of a job share an architecture): a request is a one-byte
-// command followed by its fields; strings are a uint32 length and the bytes.
+// The server half of TcpStore, run by rank 0: one thread polls the listening socket and every
+// connection, and owns the key-value map. No client, however it behaves, can stop it serving the
+// others, hold its descriptors, grow its memory past the wire format's bounds (store_protocol.h), or
+// keep rank 0 from exiting:
+//   - a connection must introduce itself (store_wire::Hello) within hello_timeout, and at most
+//     kMaxStrangers connections may be unintroduced at once (the oldest is dropped for a newcomer):
+//     a port scan or health check uses a bounded number of descriptors, each closed when it goes away;
+//   - a hello with another job's id or world size is refused; the client reports it;
+//   - a message that breaks a bound or the protocol drops the connection, with a warning naming the
+//     peer's address;
+//   - replies are written without blocking; a client that stops reading them, or stalls halfway
+//     through a request, is dropped after stall_timeout;
+//   - introduced connections are capped at twice the world size plus a margin.
+// Requests that wait (get, wait) park until their keys appear or their deadline passes; the reply then
+// lists the keys still missing. Destroying the server answers parked waits "shutting down" and closes
+// every connection at once.
 #include <atomic>
-#include <condition_variable>
-#include <cstdint>
-#include <map>
-#include <mutex>
+#include <chrono>
+#include <memory>
 #include <string>
 #include <thread>
-#include <vector>
 
 namespace dpt::dist {
 
-enum class StoreCommand : uint8_t { Set = 1, Get = 2, Add = 3, Check = 4, Wait = 5, Remove = 6 };
-// First byte of a get/check/wait reply.
-inline constexpr uint8_t kStoreOk = 0;
-inline constexpr uint8_t kStoreTimedOut = 1;
-inline constexpr uint8_t kStoreShuttingDown = 2;  // the hosting rank is exiting; keys listed are missing
+struct TcpStoreServerOptions {
+  int port = 0;        // 0: any free port (see TcpStoreServer::port)
+  int listen_fd = -1;  // a socket already bound by the launcher: used (through a duplicate) instead of `port`
+  std::string job_id;  // a client must present the same id ...
+  int world_size = 1;  // ... and world size
+  std::chrono::milliseconds hello_timeout{std::chrono::seconds(10)};
+  std::chrono::milliseconds stall_timeout{std::chrono::seconds(60)};
+};
 
 class TcpStoreServer {
  public:
-  explicit TcpStoreServer(int port);  // 0: any free port
-  ~TcpStoreServer();                  // closes every connection and joins the threads
+  static constexpr int kMaxStrangers = 64;
+
+  explicit TcpStoreServer(const TcpStoreServerOptions& options);
+  ~TcpStoreServer();
   TcpStoreServer(const TcpStoreServer&) = delete;
   TcpStoreServer& operator=(const TcpStoreServer&) = delete;
 
   int port() const { return port_; }
 
  private:
-  void accept_loop();
-  void serve(int fd);
-  // Waits until all keys exist or the deadline passes; returns the missing keys. Caller holds `lock`.
-  std::vector<std::string> wait_keys(std::unique_lock<std::mutex>& lock, const std::vector<std::string>& keys,
-                                     int64_t timeout_ms);
+  class Loop;
 
-  int listen_fd_ = -1;
   int port_ = 0;
+  int wake_fd_ = -1;  // an eventfd that ends the loop's poll() when the server is destroyed
   std::atomic<bool> stopping_{false};
-  std::thread accept_thread_;
-
-  std::mutex mutex_;  // guards everything below
-  std::condition_variable changed_;
-  std::map<std::string, std::string> data_;
-  std::vector<int> client_fds_;
-  std::vector<std::thread> client_threads_;
+  std::unique_ptr<Loop> loop_;
+  std::thread thread_;
 };
 
 }  // namespace dpt::dist

@@ -3,16 +3,24 @@
 #include <fcntl.h>
 #include <poll.h>
 #include <signal.h>
+#include <spdlog/fmt/fmt.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <ctime>
+#include <fstream>
+#include <iterator>
 #include <map>
+
+#include "distributed/env.h"
+#include "root_cause.h"
 
 namespace dpt::run {
 namespace {
@@ -82,7 +90,62 @@ struct Worker {
   pid_t pid = -1;
   bool alive = false;
   Stream out, err;
+  std::string error_file, heartbeat_file;
+  int stop_signal = 0;  // the signal that stopped it (SIGSTOP, SIGTSTP, ...) while it is stopped
+  std::chrono::system_clock::time_point stopped_since{};
+  bool stall_reported = false;  // its current stall has been announced
 };
+
+int64_t wall_ns(std::chrono::system_clock::time_point t) {
+  return std::chrono::duration_cast<std::chrono::nanoseconds>(t.time_since_epoch()).count();
+}
+
+std::string signal_text(int signo) {
+  const char* abbrev = sigabbrev_np(signo);
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(signo);
+}
+
+// The scheduler state of process `pid` from /proc ("T (stopped)", "D (disk sleep)"...), or "".
+std::string process_state(const std::string& pid) {
+  std::ifstream in("/proc/" + pid + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), {});
+  auto paren = stat.rfind(')');  // the command name may itself hold spaces and parentheses
+  if (paren == std::string::npos || paren + 2 >= stat.size()) return "";
+  switch (stat[paren + 2]) {
+    case 'T':
+      return "T (stopped)";
+    case 't':
+      return "t (stopped by a debugger)";
+    case 'D':
+      return "D (waiting for I/O that does not return)";
+    case 'Z':
+      return "Z (exited, not reaped)";
+    default:
+      return std::string(1, stat[paren + 2]);
+  }
+}
+
+// How long `w` has made no progress (0: it has), and how that shows: stopped by a signal (seen at
+// once), or a heartbeat file older than the timeout (a frozen process, whatever its state).
+double stalled_for(const Worker& w, double heartbeat_timeout_s, std::string* how) {
+  auto now = std::chrono::system_clock::now();
+  if (w.stop_signal != 0) {
+    *how = "stopped by " + signal_text(w.stop_signal);
+    return std::max(1e-3, std::chrono::duration<double>(now - w.stopped_since).count());
+  }
+  struct stat st {};
+  if (w.heartbeat_file.empty() || ::stat(w.heartbeat_file.c_str(), &st) != 0) return 0;
+  auto beat = std::chrono::system_clock::time_point(std::chrono::duration_cast<std::chrono::system_clock::duration>(
+      std::chrono::seconds(st.st_mtim.tv_sec) + std::chrono::nanoseconds(st.st_mtim.tv_nsec)));
+  double age = std::chrono::duration<double>(now - beat).count();
+  if (age <= heartbeat_timeout_s) return 0;
+  std::string pid;
+  std::ifstream(w.heartbeat_file) >> pid;  // the worker's own process, maybe below a wrapper of ours
+  std::string state = pid.empty() ? "" : process_state(pid);
+  *how = fmt::format("no heartbeat for {:.0f} s{}", age,
+                     state.empty() ? "" : fmt::format("; process {} is in state {}", pid, state));
+  return age;
+}
 
 void set_env(const char* name, const std::string& value) { ::setenv(name, value.c_str(), 1); }
 
@@ -117,6 +180,21 @@ pid_t spawn(const LaunchConfig& c, int local_rank, int attempt, int out_fd, int 
   set_env("MASTER_PORT", std::to_string(c.master_port));
   set_env("DPT_RESTART_COUNT", std::to_string(attempt));
   set_env("DPT_MAX_RESTARTS", std::to_string(c.max_restarts));
+  if (!c.job_id.empty()) set_env("DPT_JOB_ID", c.job_id);
+  // Rank 0 gets the rendezvous socket this launcher bound (it stays open here across restarts, so no
+  // other program can take the port in between); nobody else inherits it.
+  ::unsetenv("DPT_STORE_FD");
+  if (c.store_fd >= 0 && c.node_rank == 0 && local_rank == 0) {
+    ::fcntl(c.store_fd, F_SETFD, 0);
+    set_env("DPT_STORE_FD", std::to_string(c.store_fd));
+  }
+  ::unsetenv("DPT_ERROR_FILE");
+  ::unsetenv("DPT_HEARTBEAT_FILE");
+  if (!c.report_dir.empty()) {
+    int rank = c.node_rank * c.nproc_per_node + local_rank;
+    set_env("DPT_ERROR_FILE", c.report_dir + "/rank" + std::to_string(rank) + ".error");
+    set_env("DPT_HEARTBEAT_FILE", c.report_dir + "/rank" + std::to_string(rank) + ".heartbeat");
+  }
   ::setenv("NCCL_NVLS_ENABLE", "0", 0);  // NVLink SHARP off unless the user asked for it
   if (c.nproc_per_node > 1) ::setenv("OMP_NUM_THREADS", "1", 0);  // workers must not oversubscribe cores
   std::vector<char*> argv;
@@ -150,11 +228,20 @@ void install_signal_handlers() {
 GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
   GroupResult result;
   std::vector<Worker> workers(static_cast<size_t>(c.nproc_per_node));
+  std::vector<WorkerOutcome> outcomes(workers.size());
+  std::vector<WorkerExit> exits(workers.size());
   std::map<pid_t, size_t> by_pid;
   for (int lr = 0; lr < c.nproc_per_node; ++lr) {
     Worker& w = workers[static_cast<size_t>(lr)];
     w.local_rank = lr;
     w.rank = c.node_rank * c.nproc_per_node + lr;
+    if (!c.report_dir.empty()) {
+      // Reports of an earlier attempt must not be taken for this one's.
+      w.error_file = c.report_dir + "/rank" + std::to_string(w.rank) + ".error";
+      w.heartbeat_file = c.report_dir + "/rank" + std::to_string(w.rank) + ".heartbeat";
+      ::unlink(w.error_file.c_str());
+      ::unlink(w.heartbeat_file.c_str());
+    }
     int out[2], err[2];
     if (::pipe2(out, O_CLOEXEC) != 0 || ::pipe2(err, O_CLOEXEC) != 0) {
       std::perror("dpt-run: pipe");
@@ -175,6 +262,7 @@ GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
     w.out = Stream{out[0], 1, prefix, {}};
     w.err = Stream{err[0], 2, prefix, {}};
     by_pid[w.pid] = static_cast<size_t>(lr);
+    outcomes[static_cast<size_t>(lr)].rank = w.rank;
   }
 
   int alive = c.nproc_per_node;
@@ -182,6 +270,7 @@ GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
   Clock::time_point kill_at{};
   bool killed = false;
   Clock::time_point drain_until{};
+  Clock::time_point next_progress_check = Clock::now();
 
   auto signal_all = [&](int signo) {
     for (auto& w : workers)
@@ -189,9 +278,28 @@ GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
   };
   auto begin_stop = [&](int signo) {
     signal_all(signo);
+    signal_all(SIGCONT);  // a stopped worker could not act on the signal (nor die of it) otherwise
     if (!stopping) {
       stopping = true;
       kill_at = Clock::now() + std::chrono::milliseconds(static_cast<int64_t>(c.grace_period_s * 1000));
+    }
+  };
+  // Names each worker that has stopped making progress, once per stall.
+  auto check_progress = [&] {
+    for (auto& w : workers) {
+      if (!w.alive) continue;
+      std::string how;
+      double stalled = stalled_for(w, c.heartbeat_timeout_s, &how);
+      if (stalled == 0) {
+        w.stall_reported = false;
+      } else if (!w.stall_reported) {
+        w.stall_reported = true;
+        std::string line = fmt::format(
+            "dpt-run: rank {} (pid {}) has stopped making progress: {}; its peers will "
+            "fail when their collective timeout passes\n",
+            w.rank, w.pid, how);
+        write_all(2, line.data(), line.size());
+      }
     }
   };
 
@@ -214,12 +322,11 @@ GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
       if (drain_until == Clock::time_point{}) drain_until = Clock::now() + std::chrono::seconds(2);
       if (Clock::now() >= drain_until) break;  // a grandchild keeps a pipe open: stop waiting for it
     }
-    int timeout_ms = -1;
-    auto wake = alive == 0 ? drain_until : (stopping && !killed ? kill_at : Clock::time_point{});
-    if (wake != Clock::time_point{}) {
-      auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
-      timeout_ms = static_cast<int>(std::max<int64_t>(0, left) + 1);
-    }
+    // Wake at least once a second while workers run, to watch their progress.
+    auto wake = alive == 0 ? drain_until
+                           : std::min(next_progress_check, stopping && !killed ? kill_at : Clock::time_point::max());
+    auto left = std::chrono::duration_cast<std::chrono::milliseconds>(wake - Clock::now()).count();
+    int timeout_ms = static_cast<int>(std::clamp<int64_t>(left + 1, 0, 1000));
     int rc = ::poll(fds.data(), fds.size(), timeout_ms);
     if (rc < 0 && errno != EINTR) {
       std::perror("dpt-run: poll");
@@ -230,46 +337,62 @@ GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
       signal_all(SIGKILL);
       killed = true;
     }
-    if (rc <= 0) continue;
-    for (size_t i = 1; i < fds.size(); ++i) {
-      if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
-      Stream* s = streams[i];
-      char buf[65536];
-      ssize_t n = ::read(s->fd, buf, sizeof(buf));
-      if (n > 0) {
-        s->emit(buf, static_cast<size_t>(n));
-      } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
-        s->flush();
-        ::close(s->fd);
-        s->fd = -1;
-      }
+    if (!stopping && alive > 0 && Clock::now() >= next_progress_check) {
+      check_progress();
+      next_progress_check = Clock::now() + std::chrono::seconds(1);
     }
-    if (fds[0].revents & POLLIN) {
-      unsigned char sigs[64];
-      ssize_t n = ::read(g_signal_pipe[0], sigs, sizeof(sigs));
-      for (ssize_t i = 0; i < n; ++i) {
-        int signo = sigs[i];
-        if (signo == SIGCHLD) continue;  // reaped below in any case
-        if (result.user_signal != 0 && stopping) {
-          signal_all(SIGKILL);  // a second interrupt: stop waiting
-          killed = true;
-        } else {
-          result.user_signal = signo;
-          begin_stop(signo);  // forward what we received
+    if (rc > 0) {
+      for (size_t i = 1; i < fds.size(); ++i) {
+        if (!(fds[i].revents & (POLLIN | POLLHUP | POLLERR))) continue;
+        Stream* s = streams[i];
+        char buf[65536];
+        ssize_t n = ::read(s->fd, buf, sizeof(buf));
+        if (n > 0) {
+          s->emit(buf, static_cast<size_t>(n));
+        } else if (n == 0 || (errno != EINTR && errno != EAGAIN)) {
+          s->flush();
+          ::close(s->fd);
+          s->fd = -1;
+        }
+      }
+      if (fds[0].revents & POLLIN) {
+        unsigned char sigs[64];
+        ssize_t n = ::read(g_signal_pipe[0], sigs, sizeof(sigs));
+        for (ssize_t i = 0; i < n; ++i) {
+          int signo = sigs[i];
+          if (signo == SIGCHLD) continue;  // reaped below in any case
+          if (result.user_signal != 0 && stopping) {
+            signal_all(SIGKILL);  // a second interrupt: stop waiting
+            killed = true;
+          } else {
+            result.user_signal = signo;
+            begin_stop(signo);  // forward what we received
+          }
         }
       }
     }
-    // Reap every worker that ended.
+    // Reap every worker that ended; note those stopped or continued by a signal.
     while (true) {
       int status = 0;
-      pid_t pid = ::waitpid(-1, &status, WNOHANG);
+      pid_t pid = ::waitpid(-1, &status, WNOHANG | WUNTRACED | WCONTINUED);
       if (pid <= 0) break;
       auto it = by_pid.find(pid);
       if (it == by_pid.end()) continue;
       Worker& w = workers[it->second];
+      if (WIFSTOPPED(status)) {
+        w.stop_signal = WSTOPSIG(status);
+        w.stopped_since = std::chrono::system_clock::now();
+        if (!stopping) check_progress();
+        continue;
+      }
+      if (WIFCONTINUED(status)) {
+        w.stop_signal = 0;
+        continue;
+      }
       w.alive = false;
+      w.stop_signal = 0;
       --alive;
-      WorkerExit e;
+      WorkerExit& e = exits[it->second];
       e.rank = w.rank;
       e.local_rank = w.local_rank;
       e.pid = pid;
@@ -279,15 +402,28 @@ GroupResult run_worker_group(const LaunchConfig& c, int attempt) {
       } else {
         e.exit_code = WEXITSTATUS(status);
       }
-      bool failed = e.signal != 0 || e.exit_code != 0;
-      if (failed && !stopping) {
-        // The first failure is the root cause; the others are stopped because of it.
-        result.root_cause = e;
+      WorkerOutcome& o = outcomes[it->second];
+      o.failed = e.signal != 0 || e.exit_code != 0;
+      o.ended_by_launcher = stopping;
+      o.exit_time_ns = wall_ns(std::chrono::system_clock::now());
+      if (o.failed && !stopping) {
+        // The group is lost. What each survivor was doing right now tells who stalled it.
+        for (size_t k = 0; k < workers.size(); ++k)
+          if (workers[k].alive)
+            outcomes[k].stalled_s = stalled_for(workers[k], c.heartbeat_timeout_s, &outcomes[k].stall);
         begin_stop(SIGTERM);
       }
     }
   }
   result.success = !stopping && result.user_signal == 0;
+  if (result.success || result.user_signal != 0) return result;
+  for (size_t k = 0; k < workers.size(); ++k)
+    if (!workers[k].error_file.empty()) outcomes[k].report = dist::read_error_report(workers[k].error_file);
+  if (auto cause = find_root_cause(outcomes)) {
+    result.root_cause = exits[cause->index];
+    result.why = cause->reason;
+    if (outcomes[cause->index].report && cause->report_is_cause) result.error = outcomes[cause->index].report->message;
+  }
   return result;
 }
 

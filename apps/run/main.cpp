@@ -1,16 +1,25 @@
 // dpt-run: starts the workers of a data-parallel job on this node, the way torchrun does.
 //
 //   dpt-run --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
-//           [--max-restarts K] [--standalone] [--grace-period S] -- PROGRAM ARGS...
+//           [--rdzv-id ID] [--max-restarts K] [--standalone] [--grace-period S] [--heartbeat-timeout S]
+//           -- PROGRAM ARGS...
 //
-// Each worker gets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT
-// and DPT_RESTART_COUNT; every output line is prefixed with "[rank]: ". When a worker fails the others
-// are stopped, and the whole group is started again, up to K times; then dpt-run exits with the failing
-// worker's code (128 + signal number for a signal) after a root-cause report.
+// Each worker gets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
+// DPT_JOB_ID and DPT_RESTART_COUNT; every output line is prefixed with "[rank]: ". On node 0 dpt-run
+// binds the rendezvous port itself before any worker starts and hands the socket to rank 0: a port that
+// is taken fails at once, and a port picked by the system (--standalone, or --master-port 0) cannot be
+// taken by anyone else before rank 0 listens on it. When a worker fails the others are stopped, and
+// the whole group is started again, up to K times; then dpt-run exits with the root cause's code (128 +
+// signal number for a signal) after a report naming it.
+#include <spdlog/fmt/fmt.h>
+#include <sys/random.h>
+#include <unistd.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
-#include <iostream>
+#include <filesystem>
 #include <string>
 
 #include "distributed/socket.h"
@@ -20,10 +29,15 @@ namespace {
 
 constexpr const char* kUsage =
     "usage: dpt-run --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]\n"
-    "               [--max-restarts K] [--standalone] [--grace-period SECONDS] -- PROGRAM ARGS...\n"
+    "               [--rdzv-id ID] [--max-restarts K] [--standalone] [--grace-period SECONDS]\n"
+    "               [--heartbeat-timeout SECONDS] -- PROGRAM ARGS...\n"
     "  --standalone      single node; rendezvous on a free port of localhost\n"
+    "  --master-port P   the rendezvous port; 0 on node 0 picks a free one and prints it\n"
+    "  --rdzv-id ID      the job's id, the same on every node (default: $DPT_JOB_ID; else random on one\n"
+    "                    node, the srun step's id on several); the store refuses ranks of other jobs\n"
     "  --max-restarts K  restart the whole worker group up to K times after a failure (default 0)\n"
-    "  --grace-period S  seconds between SIGTERM and SIGKILL when stopping workers (default 5)\n";
+    "  --grace-period S  seconds between SIGTERM and SIGKILL when stopping workers (default 5)\n"
+    "  --heartbeat-timeout S  a worker silent this long is named as stalled (default 30, at least 3)\n";
 
 [[noreturn]] void usage_error(const std::string& message) {
   std::fprintf(stderr, "dpt-run: %s\n%s", message.c_str(), kUsage);
@@ -39,12 +53,74 @@ int parse_int(const std::string& flag, const std::string& value, int min, int ma
   return static_cast<int>(v);
 }
 
+double parse_seconds(const std::string& flag, const std::string& value, double min) {
+  char* end = nullptr;
+  double v = std::strtod(value.c_str(), &end);
+  if (value.empty() || *end != '\0' || !(v >= min))
+    usage_error(flag + " expects a number of seconds >= " + std::to_string(static_cast<int>(min)) + ", got '" + value +
+                "'");
+  return v;
+}
+
+std::string env_or_empty(const char* name) {
+  const char* v = std::getenv(name);
+  return v != nullptr ? v : "";
+}
+
+// The job id every worker presents to the store. A single node makes up a fresh one. Nodes of one job
+// must agree on theirs, so beyond one node only an id they share will do: the one given, else that of
+// the srun step that started every node's dpt-run, else none (the workers' own default, env.h).
+std::string choose_job_id(const std::string& given, int nnodes) {
+  if (!given.empty()) return given;
+  if (auto v = env_or_empty("DPT_JOB_ID"); !v.empty()) return v;
+  if (nnodes > 1) {
+    auto job = env_or_empty("SLURM_JOB_ID"), step = env_or_empty("SLURM_STEP_ID");
+    return job.empty() ? "" : "slurm-" + job + (step.empty() ? "" : "." + step);
+  }
+  unsigned char bytes[8] = {};
+  if (::getrandom(bytes, sizeof(bytes), 0) != static_cast<ssize_t>(sizeof(bytes))) {
+    std::fprintf(stderr, "dpt-run: getrandom failed: %s\n", std::strerror(errno));
+    std::exit(1);
+  }
+  std::string id = "run-";
+  for (unsigned char b : bytes) id += fmt::format("{:02x}", b);
+  return id;
+}
+
+// A private directory for the workers' error reports and heartbeats, removed when dpt-run ends. Without
+// one (no writable temporary directory) the workers run as before, and the report names the first
+// worker to fail.
+struct ReportDir {
+  std::string path;
+  ReportDir() {
+    std::string base = env_or_empty("TMPDIR");
+    std::string pattern = (base.empty() ? std::string("/tmp") : base) + "/dpt-run.XXXXXX";
+    if (::mkdtemp(pattern.data()) != nullptr) {
+      path = pattern;
+    } else {
+      std::fprintf(stderr, "dpt-run: warning: cannot create %s for the workers' reports (%s)\n", pattern.c_str(),
+                   std::strerror(errno));
+    }
+  }
+  ~ReportDir() {
+    std::error_code ec;
+    if (!path.empty()) std::filesystem::remove_all(path, ec);
+  }
+};
+
+// The first line of a worker's error, shortened for the report.
+std::string first_line(const std::string& text) {
+  std::string line = text.substr(0, text.find('\n'));
+  return line.size() > 400 ? line.substr(0, 400) + "..." : line;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   dpt::run::LaunchConfig config;
   bool standalone = false;
   bool have_addr = false, have_port = false;
+  std::string rdzv_id;
   int i = 1;
   for (; i < argc; ++i) {
     std::string arg = argv[i];
@@ -82,15 +158,17 @@ int main(int argc, char** argv) {
       config.master_addr = value;
       have_addr = true;
     } else if (arg == "--master-port" || arg == "--master_port") {
-      config.master_port = parse_int(arg, value, 1, 65535);
+      config.master_port = parse_int(arg, value, 0, 65535);
       have_port = true;
+    } else if (arg == "--rdzv-id" || arg == "--rdzv_id") {
+      if (value.empty() || value.size() > 256) usage_error("--rdzv-id expects 1 to 256 characters");
+      rdzv_id = value;
     } else if (arg == "--max-restarts" || arg == "--max_restarts") {
       config.max_restarts = parse_int(arg, value, 0, 1000000);
     } else if (arg == "--grace-period") {
-      char* end = nullptr;
-      config.grace_period_s = std::strtod(value.c_str(), &end);
-      if (value.empty() || *end != '\0' || config.grace_period_s < 0)
-        usage_error("--grace-period expects a non-negative number of seconds, got '" + value + "'");
+      config.grace_period_s = parse_seconds(arg, value, 0);
+    } else if (arg == "--heartbeat-timeout") {
+      config.heartbeat_timeout_s = parse_seconds(arg, value, 3);
     } else {
       usage_error("unknown option " + arg);
     }
@@ -104,13 +182,29 @@ int main(int argc, char** argv) {
     if (config.nnodes != 1) usage_error("--standalone runs on one node; --nnodes must be 1");
     if (have_addr || have_port) usage_error("--standalone picks the master address and port itself");
     config.master_addr = "127.0.0.1";
+    config.master_port = 0;
+  }
+  if (config.master_port == 0 && config.node_rank != 0)
+    usage_error("--master-port 0 is for node 0 (it picks the port); the other nodes need the port node 0 printed");
+  config.job_id = choose_job_id(rdzv_id, config.nnodes);
+
+  // Node 0 hosts the store: bind its port now, before any worker exists. A standalone job listens on
+  // loopback only; it has no other node to hear from.
+  const bool chosen_port = config.master_port == 0;
+  if (config.node_rank == 0) {
     try {
-      config.master_port = dpt::dist::net::find_free_port();
+      config.store_fd = dpt::dist::net::bind_tcp(config.master_port, standalone);
+      dpt::dist::net::start_listening(config.store_fd);
+      config.master_port = dpt::dist::net::bound_port(config.store_fd);
     } catch (const std::exception& e) {
       std::fprintf(stderr, "dpt-run: %s\n", e.what());
       return 1;
     }
+    if (chosen_port)
+      std::fprintf(stderr, "dpt-run: rendezvous store on %s:%d\n", config.master_addr.c_str(), config.master_port);
   }
+  ReportDir reports;
+  config.report_dir = reports.path;
 
   dpt::run::install_signal_handlers();
   for (int attempt = 0;; ++attempt) {
@@ -128,18 +222,21 @@ int main(int argc, char** argv) {
       continue;
     }
     std::string reason = e.signal ? std::to_string(e.signal) + " (" + strsignal(e.signal) + ")" : "";
+    std::string error = result.error.empty() ? "" : "dpt-run:   error      : " + first_line(result.error) + "\n";
     std::fprintf(stderr,
                  "dpt-run: ==================== worker failure ====================\n"
-                 "dpt-run: root cause (first worker to fail):\n"
+                 "dpt-run: root cause: rank %d (%s)\n"
                  "dpt-run:   time       : %s\n"
                  "dpt-run:   rank       : %d (local rank %d, node %d)\n"
                  "dpt-run:   %s: %s\n"
+                 "%s"
                  "dpt-run:   pid        : %d\n"
                  "dpt-run:   attempts   : %d (max restarts %d)\n"
                  "dpt-run:   command    : %s\n"
                  "dpt-run: ========================================================\n",
-                 e.time.c_str(), e.rank, e.local_rank, config.node_rank, e.signal ? "signal     " : "exit code  ",
-                 e.signal ? reason.c_str() : std::to_string(e.exit_code).c_str(), e.pid, attempt + 1,
+                 e.rank, result.why.c_str(), e.time.c_str(), e.rank, e.local_rank, config.node_rank,
+                 e.signal ? "signal     " : "exit code  ",
+                 e.signal ? reason.c_str() : std::to_string(e.exit_code).c_str(), error.c_str(), e.pid, attempt + 1,
                  config.max_restarts, config.command[0].c_str());
     return e.shell_code();
   }

@@ -4,7 +4,8 @@
 //   dpt-train --config FILE --print-config     (the resolved config, every key)
 //   dpt-train --config-reference               (every key, its type, default and meaning)
 // Exit codes: 0 done; 1 error (one message on stderr, nothing overwritten); 2 usage; 128 + signal when
-// SIGINT/SIGTERM stopped the run after a checkpoint.
+// SIGINT/SIGTERM stopped the run after a checkpoint, or before training began (a rendezvous still
+// waiting for peers gives way within a second).
 #include <spdlog/spdlog.h>
 
 #include <cstdio>
@@ -15,6 +16,7 @@
 
 #include "config.h"
 #include "distributed/env.h"
+#include "distributed/socket.h"
 #include "stop_signal.h"
 #include "trainer.h"
 
@@ -87,11 +89,19 @@ int main(int argc, char** argv) {
     rank = env.rank;
     setup_logging(config, env);
     dpt::train::install_stop_handlers();
+    dpt::dist::set_stop_check(&dpt::train::stop_signal);  // a rendezvous waiting for peers gives way to it
     dpt::train::Trainer trainer(std::move(config));
     return trainer.run();
   } catch (const std::exception& e) {
     std::fflush(stdout);
-    std::fprintf(stderr, "dpt-train%s: error: %s\n", rank > 0 ? fmt::format(" (rank {})", rank).c_str() : "", e.what());
+    const std::string who = rank > 0 ? fmt::format(" (rank {})", rank) : "";
+    // Asked to stop while waiting for peers: a stop like one between steps, not a failure.
+    if (const auto* stop = dynamic_cast<const dpt::dist::InterruptedError*>(&e)) {
+      std::fprintf(stderr, "dpt-train%s: stopped: %s\n", who.c_str(), e.what());
+      return 128 + stop->signal;
+    }
+    dpt::dist::report_error_to_launcher(e.what());
+    std::fprintf(stderr, "dpt-train%s: error: %s\n", who.c_str(), e.what());
     return 1;
   }
 }

@@ -1,11 +1,16 @@
 // Launch-environment parsing for the three conventions (torchrun, Slurm, Open MPI).
-#include <gtest/gtest.h>
+#include "distributed/env.h"
 
+#include <gtest/gtest.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
 #include <map>
 #include <string>
 
 #include "core/error.h"
-#include "distributed/env.h"
 
 namespace dpt::dist {
 namespace {
@@ -124,6 +129,54 @@ TEST(DistEnv, OpenMpiVariables) {
             std::string::npos);
   EXPECT_NE(error_of({{"OMPI_COMM_WORLD_RANK", "0"}, {"OMPI_COMM_WORLD_SIZE", "2"}}).find("OMPI_COMM_WORLD_LOCAL_RANK"),
             std::string::npos);
+}
+
+TEST(DistEnv, TheJobIdComesFromTheLauncherElseFromTheWorldSize) {
+  std::map<std::string, std::string> two = {{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}};
+  auto with = [&](std::map<std::string, std::string> extra) {
+    extra.insert(two.begin(), two.end());
+    return parse(extra);
+  };
+  // No launcher id: jobs of different sizes still differ.
+  EXPECT_EQ(with({}).job_id, "world2");
+  EXPECT_EQ(with({}).job_id_source, "default");
+  EXPECT_EQ(with({{"SLURM_JOB_ID", "77"}, {"SLURM_STEP_ID", "3"}}).job_id, "slurm-77.3");
+  EXPECT_EQ(with({{"PMIX_NAMESPACE", "prterun-x-1@1"}}).job_id, "mpi-prterun-x-1@1");
+  EXPECT_EQ(with({{"TORCHELASTIC_RUN_ID", "abc"}, {"SLURM_JOB_ID", "77"}}).job_id, "abc");
+  auto dpt = with({{"DPT_JOB_ID", "run-1"}, {"TORCHELASTIC_RUN_ID", "abc"}});
+  EXPECT_EQ(dpt.job_id, "run-1");
+  EXPECT_EQ(dpt.job_id_source, "DPT_JOB_ID");
+}
+
+TEST(DistEnv, WhatDptRunHandsItsWorkers) {
+  auto e = parse({{"RANK", "0"},
+                  {"WORLD_SIZE", "2"},
+                  {"LOCAL_RANK", "0"},
+                  {"DPT_STORE_FD", "5"},
+                  {"DPT_ERROR_FILE", "/tmp/r/rank0.error"},
+                  {"DPT_HEARTBEAT_FILE", "/tmp/r/rank0.heartbeat"}});
+  EXPECT_EQ(e.store_fd, 5);
+  EXPECT_EQ(e.error_file, "/tmp/r/rank0.error");
+  EXPECT_EQ(e.heartbeat_file, "/tmp/r/rank0.heartbeat");
+  EXPECT_EQ(parse({}).store_fd, -1);
+  EXPECT_NE(error_of({{"DPT_STORE_FD", "five"}}).find("DPT_STORE_FD must be an integer, found 'five'"),
+            std::string::npos);
+  EXPECT_NE(error_of({{"DPT_STORE_FD", "-3"}}).find("DPT_STORE_FD must be a file descriptor, found -3"),
+            std::string::npos);
+}
+
+TEST(DistEnv, AnErrorReportReachesTheLauncherWithItsTime) {
+  std::string path = ::testing::TempDir() + "dpt_error_report_" + std::to_string(::getpid());
+  ::setenv("DPT_ERROR_FILE", path.c_str(), 1);
+  auto before = std::chrono::system_clock::now().time_since_epoch();
+  report_error_to_launcher("cannot write /x: No space left on device\nsecond line");
+  ::unsetenv("DPT_ERROR_FILE");
+  auto report = read_error_report(path);
+  std::remove(path.c_str());
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->message, "cannot write /x: No space left on device\nsecond line");
+  EXPECT_GE(report->time_ns, std::chrono::duration_cast<std::chrono::nanoseconds>(before).count());
+  EXPECT_FALSE(read_error_report(path).has_value());
 }
 
 }  // namespace

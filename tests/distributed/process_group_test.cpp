@@ -136,7 +136,7 @@ TEST(NcclFailures, AStalledPeerMakesTheWatchdogAbortWithinTheTimeout) {
 }
 
 TEST(DptRun, PrefixesEveryOutputLineWithTheRank) {
-  auto r = run("--nproc-per-node 2 -- sh -c 'echo out $RANK; echo err $RANK >&2; printf \"no newline\"'");
+  auto r = run("--standalone --nproc-per-node 2 -- sh -c 'echo out $RANK; echo err $RANK >&2; printf \"no newline\"'");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   for (std::string rank : {"0", "1"}) {
     EXPECT_CONTAINS(r.output, line(rank, "out " + rank + "\n"));
@@ -154,7 +154,7 @@ TEST(DptRun, GivesWorkersTheTorchrunEnvironment) {
   EXPECT_CONTAINS(r.output, "[2]: R=2 L=0 W=4 LW=2 G=1 A=10.9.8.7 P=1234 C=0 NVLS=0 OMP=1\n");
   EXPECT_CONTAINS(r.output, "[3]: R=3 L=1 W=4 LW=2 G=1 A=10.9.8.7 P=1234 C=0 NVLS=0 OMP=1\n");
   // The user's own settings win.
-  auto kept = run("--nproc-per-node 1 -- sh -c 'echo NVLS=$NCCL_NVLS_ENABLE OMP=$OMP_NUM_THREADS'",
+  auto kept = run("--standalone --nproc-per-node 1 -- sh -c 'echo NVLS=$NCCL_NVLS_ENABLE OMP=$OMP_NUM_THREADS'",
                   "env NCCL_NVLS_ENABLE=1 OMP_NUM_THREADS=8");
   EXPECT_CONTAINS(kept.output, "[0]: NVLS=1 OMP=8\n");
 }
@@ -170,21 +170,22 @@ TEST(DptRun, AWorkerExitingWith3StopsTheOthersAndExitsWith3) {
 }
 
 TEST(DptRun, AWorkerKilledBySignalIsReportedWithTheSignal) {
-  auto r = run("--nproc-per-node 2 -- sh -c 'if [ $RANK = 1 ]; then kill -9 $$; fi; sleep 60'");
+  auto r = run("--standalone --nproc-per-node 2 -- sh -c 'if [ $RANK = 1 ]; then kill -9 $$; fi; sleep 60'");
   EXPECT_EQ(r.exit_code, 128 + 9) << r.output;
   EXPECT_CONTAINS(r.output, "signal     : 9");
   EXPECT_LT(r.seconds, 30);
 }
 
 TEST(DptRun, RestartsTheWholeGroupUpToMaxRestartsThenReportsTheFailure) {
-  auto r = run("--nproc-per-node 2 --max-restarts 2 -- sh -c 'echo attempt $DPT_RESTART_COUNT; exit 4'");
+  auto r = run("--standalone --nproc-per-node 2 --max-restarts 2 -- sh -c 'echo attempt $DPT_RESTART_COUNT; exit 4'");
   EXPECT_EQ(r.exit_code, 4) << r.output;
   EXPECT_CONTAINS(r.output, "restart 1 of 2");
   EXPECT_CONTAINS(r.output, "restart 2 of 2");
   EXPECT_EQ(count(r.output, "restart 3 of"), 0);
   EXPECT_CONTAINS(r.output, "attempts   : 3 (max restarts 2)");
 
-  auto ok = run("--nproc-per-node 2 --max-restarts 3 -- sh -c '[ $DPT_RESTART_COUNT = 1 ] || exit 4; echo done'");
+  auto ok = run(
+      "--standalone --nproc-per-node 2 --max-restarts 3 -- sh -c '[ $DPT_RESTART_COUNT = 1 ] || exit 4; echo done'");
   EXPECT_EQ(ok.exit_code, 0) << ok.output;
   EXPECT_EQ(count(ok.output, "done"), 2) << ok.output;
 }
@@ -206,7 +207,8 @@ TEST(DptRun, ForwardsSigtermToEveryWorker) {
     ::dup2(out[1], 1);
     ::dup2(out[1], 2);
     ::close(out[0]);
-    ::execl(kRun.c_str(), kRun.c_str(), "--nproc-per-node", "3", "--", kWorker.c_str(), "signal", nullptr);
+    ::execl(kRun.c_str(), kRun.c_str(), "--standalone", "--nproc-per-node", "3", "--", kWorker.c_str(), "signal",
+            nullptr);
     ::_exit(127);
   }
   ::close(out[1]);
@@ -239,7 +241,7 @@ TEST(DptRun, RejectsBadCommandLines) {
   EXPECT_EQ(run("--nproc-per-node 0 -- true").exit_code, 2);
   EXPECT_EQ(run("--nnodes 2 --node-rank 2 -- true").exit_code, 2);
   EXPECT_EQ(run("--standalone --master-port 5 -- true").exit_code, 2);
-  auto r = run("--nproc-per-node 1 -- /nonexistent/program");
+  auto r = run("--standalone --nproc-per-node 1 -- /nonexistent/program");
   EXPECT_EQ(r.exit_code, 127) << r.output;
   EXPECT_CONTAINS(r.output, "cannot execute '/nonexistent/program'");
 }

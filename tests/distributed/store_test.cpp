@@ -100,23 +100,38 @@ TEST(TcpStore, BarrierTimeoutNamesTheMissingRanks) {
   EXPECT_CONTAINS(other_error, "never arrived: 1, 3");
 }
 
+// A port of our own that refuses connections: bound (so that nobody else can take it) but not listening.
+struct ReservedPort {
+  int fd = net::bind_tcp(0, true);
+  int port = net::bound_port(fd);
+  ~ReservedPort() { net::close_fd(fd); }
+};
+
 TEST(TcpStore, ConnectFailureNamesHostAndPortWithinTheTimeout) {
-  int port = net::find_free_port();  // nobody listens there now
+  ReservedPort reserved;
   auto start = std::chrono::steady_clock::now();
-  auto error = message_of([&] { TcpStore client("127.0.0.1", port, false, 1, 2, 300ms); });
+  auto error = message_of([&] { TcpStore client("127.0.0.1", reserved.port, false, 1, 2, 300ms); });
   auto elapsed = std::chrono::steady_clock::now() - start;
-  EXPECT_CONTAINS(error, "cannot connect to the store at 127.0.0.1:" + std::to_string(port));
+  EXPECT_CONTAINS(error, "cannot connect to the store at 127.0.0.1:" + std::to_string(reserved.port));
   EXPECT_LT(elapsed, 5s);
 }
 
 TEST(TcpStore, ClientConnectsToAServerThatStartsLater) {
-  int port = net::find_free_port();
+  ReservedPort reserved;
+  int port = reserved.port;
   auto client = std::async(std::launch::async, [port] {
     TcpStore c("127.0.0.1", port, false, 1, 2, 10s);
     return c.get("hello");
   });
   std::this_thread::sleep_for(200ms);
-  TcpStore server("127.0.0.1", port, true, 0, 2, 10s);
+  // The server starts on the socket bound before the client tried (as rank 0 does on dpt-run's).
+  TcpStoreOptions o;
+  o.port = port;
+  o.is_server = true;
+  o.world_size = 2;
+  o.timeout = 10s;
+  o.listen_fd = reserved.fd;
+  TcpStore server(o);
   server.set("hello", "world");
   EXPECT_EQ(client.get(), "world");
 }

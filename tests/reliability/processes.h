@@ -10,6 +10,7 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -130,6 +131,37 @@ class ScratchDir {
  private:
   std::filesystem::path path_;
 };
+
+// The rendezvous port that dpt-run bound on node 0 (started with --standalone or --master-port 0), as it
+// prints it; -1 if it did not within `limit_s`. Tests never choose a port themselves: one found free could
+// be taken by another test before the store binds it.
+inline int rendezvous_port(Child& node0, double limit_s) {
+  const std::string marker = "dpt-run: rendezvous store on ";
+  if (!node0.wait_for_output(marker, limit_s)) return -1;
+  auto until = std::chrono::steady_clock::now() + std::chrono::duration<double>(limit_s);
+  while (std::chrono::steady_clock::now() < until) {
+    std::string out = node0.output();
+    size_t at = out.find(marker);
+    size_t end = out.find('\n', at);
+    if (end != std::string::npos) {
+      std::string address = out.substr(at + marker.size(), end - at - marker.size());
+      return std::stoi(address.substr(address.rfind(':') + 1));
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(10));
+  }
+  return -1;
+}
+
+// The worker of dpt-run `launcher` whose environment says RANK=<rank>, or 0 when there is none.
+inline pid_t rank_pid(pid_t launcher, int rank) {
+  std::ifstream children("/proc/" + std::to_string(launcher) + "/task/" + std::to_string(launcher) + "/children");
+  for (pid_t pid; children >> pid;) {
+    std::ifstream env("/proc/" + std::to_string(pid) + "/environ", std::ios::binary);
+    std::string all((std::istreambuf_iterator<char>(env)), {});
+    if (all.find(std::string("\0RANK=", 6) + std::to_string(rank) + '\0') != std::string::npos) return pid;
+  }
+  return 0;
+}
 
 inline int count(const std::string& text, const std::string& part) {
   int c = 0;

@@ -11,7 +11,6 @@
 #include <string>
 #include <vector>
 
-#include "distributed/socket.h"
 #include "processes.h"
 
 namespace {
@@ -40,19 +39,39 @@ std::vector<std::string> worker_args(std::vector<std::string> extra) {
   return args;
 }
 
-// One dpt-run per rank (each a "node" of one process) on localhost; `ranks` lists the ranks started.
-std::vector<Finished> launch_per_rank(const ScratchDir& dir, int world, const std::vector<int>& ranks,
-                                      const std::vector<std::string>& extra) {
-  int port = dpt::dist::net::find_free_port();
+// One dpt-run per rank (each a "node" of one process) on localhost; `ranks` lists the ranks started,
+// rank 0 first. Node 0's dpt-run binds a free port and prints it; the others are given that port.
+std::vector<std::unique_ptr<Child>> start_per_rank(const ScratchDir& dir, int world, const std::vector<int>& ranks,
+                                                   const std::vector<std::string>& extra) {
   std::vector<std::unique_ptr<Child>> children;
+  int port = -1;
   for (int r : ranks) {
-    std::vector<std::string> argv = {kBin + "dpt-run",        "--nnodes",      std::to_string(world),
-                                     "--node-rank",           std::to_string(r), "--nproc-per-node",
-                                     "1",                     "--master-addr", "127.0.0.1",
-                                     "--master-port",         std::to_string(port), "--grace-period", "1", "--"};
+    std::vector<std::string> argv = {kBin + "dpt-run",
+                                     "--nnodes",
+                                     std::to_string(world),
+                                     "--node-rank",
+                                     std::to_string(r),
+                                     "--nproc-per-node",
+                                     "1",
+                                     "--master-addr",
+                                     "127.0.0.1",
+                                     "--master-port",
+                                     std::to_string(r == 0 ? 0 : port),
+                                     "--rdzv-id",
+                                     "rank-faults",
+                                     "--grace-period",
+                                     "1",
+                                     "--"};
     for (const auto& a : worker_args(extra)) argv.push_back(a);
     children.push_back(std::make_unique<Child>(argv, dir.file(cat({"rank", std::to_string(r), ".log"}))));
+    if (r == 0) port = dpt::reliability::rendezvous_port(*children.back(), kHangLimit);
   }
+  return children;
+}
+
+std::vector<Finished> launch_per_rank(const ScratchDir& dir, int world, const std::vector<int>& ranks,
+                                      const std::vector<std::string>& extra) {
+  auto children = start_per_rank(dir, world, ranks, extra);
   std::vector<Finished> out;
   for (auto& c : children) out.push_back(c->wait(kHangLimit));
   return out;
@@ -137,17 +156,9 @@ TEST(RankFaults, ARankThatNeverJoinsFailsTheOthersWithinTheTimeoutNamingIt) {
 
 TEST(RankFaults, AStalledRankMakesTheOthersTimeOutNamingTheOperation) {
   ScratchDir dir;
-  int port = dpt::dist::net::find_free_port();
-  std::vector<std::unique_ptr<Child>> children;
-  for (int r = 0; r < 3; ++r) {
-    std::vector<std::string> argv = {kBin + "dpt-run", "--nnodes", "3", "--node-rank", std::to_string(r),
-                                     "--nproc-per-node", "1", "--master-addr", "127.0.0.1", "--master-port",
-                                     std::to_string(port), "--grace-period", "1", "--"};
-    for (const auto& a : worker_args({"--steps", "400", "--step-ms", "20", "--die-rank", "2", "--die-step", "3",
-                                      "--die-how", "hang"}))
-      argv.push_back(a);
-    children.push_back(std::make_unique<Child>(argv, dir.file(cat({"rank", std::to_string(r), ".log"}))));
-  }
+  auto children =
+      start_per_rank(dir, 3, {0, 1, 2},
+                     {"--steps", "400", "--step-ms", "20", "--die-rank", "2", "--die-step", "3", "--die-how", "hang"});
   for (int r : {0, 1}) {
     Finished f = children[static_cast<size_t>(r)]->wait(kHangLimit);
     ASSERT_FALSE(f.hung) << f.output;
