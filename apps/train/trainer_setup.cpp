@@ -16,6 +16,7 @@
 #include "layers/flops.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "stop_signal.h"
 #include "trainer.h"
 
 namespace dpt::train {
@@ -308,6 +309,8 @@ void Trainer::open_run_dir() {
     fs::create_directories(dir);
     write_config(config_, (fs::path(dir) / "config.yaml").string());
   }
+  // From here on a stop signal ends the run after a step, with a checkpoint (apps/train/stop_signal.h).
+  defer_stop_signals();
   if (!is_main()) return;
   metrics_ = std::make_unique<MetricsLog>(config_.logging.metrics_file, start_step_);
   progress_ = std::make_unique<ProgressBar>(config_.logging.progress_bar && stdout_is_terminal(), total_steps_);
