@@ -14,6 +14,7 @@
 #include "distributed/sampler.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
+#include "memory_estimate.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
 #include "stop_signal.h"
@@ -107,6 +108,7 @@ void Trainer::setup_data() {
 }
 
 void Trainer::setup_model() {
+  check_memory_fits(config_, data_.shape, compute_, device_, env_.local_world_size, env_.world_size);
   model_ = std::make_unique<Model>(config_, data_.shape, gen_);
   model_->module()->to(device_);
   gen_.set_state(dropout_seed(config_.training.seed, env_.rank), gen_.offset());
