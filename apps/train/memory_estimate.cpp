@@ -41,9 +41,10 @@ Counts gpt_counts(const Config& config, const DataShape& shape, double c, bool f
   const double scores = fused_attention && g.dropout == 0 ? 0 : 3 * heads * t;
   const double per_layer = (18 * ch + scores) * c;
   out.activations = b * t * ((layers + 1) * per_layer + ch * c + v * (c + 8));
-  out.keys = fmt::format("model.gpt.n_layer {}, model.gpt.n_embd {}, model.gpt.n_head {}, vocabulary {}, "
-                         "training.batch_size {}, data.seq_len {}",
-                         g.n_layer, g.n_embd, g.n_head, v, config.training.batch_size, shape.seq_len);
+  out.keys = fmt::format(
+      "model.gpt.n_layer {}, model.gpt.n_embd {}, model.gpt.n_head {}, vocabulary {}, "
+      "training.batch_size {}, data.seq_len {}",
+      g.n_layer, g.n_embd, g.n_head, v, config.training.batch_size, shape.seq_len);
   return out;
 }
 

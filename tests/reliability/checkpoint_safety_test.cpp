@@ -12,8 +12,8 @@
 #include <cerrno>
 #include <cmath>
 #include <cstring>
-#include <fstream>
 #include <filesystem>
+#include <fstream>
 #include <regex>
 #include <string>
 #include <vector>
@@ -49,20 +49,13 @@ std::string step_dir(const std::string& run, int64_t step) {
 
 // The run of the report: 20 steps, a checkpoint every 5, all ten kept.
 std::vector<std::string> run_args(const std::string& run, int64_t steps) {
-  return {"--config",
-          kConfig,
-          "--set",
-          "training.device=cpu",
-          "--set",
-          "training.steps=" + std::to_string(steps),
-          "--set",
-          "schedule.warmup_steps=2",
-          "--set",
-          "checkpoint.every=5",
-          "--set",
-          "checkpoint.keep=10",
-          "--set",
-          "checkpoint.dir=" + run};
+  return {"--config", kConfig,
+          "--set",    "training.device=cpu",
+          "--set",    "training.steps=" + std::to_string(steps),
+          "--set",    "schedule.warmup_steps=2",
+          "--set",    "checkpoint.every=5",
+          "--set",    "checkpoint.keep=10",
+          "--set",    "checkpoint.dir=" + run};
 }
 
 Finished train(const ScratchDir& dir, const std::string& run, int64_t steps, const std::vector<std::string>& extra = {},
@@ -150,7 +143,8 @@ TEST(CheckpointSafety, ACheckpointWithoutReadPermissionStopsTheRunAndNothingChan
   }
   Finished first = train(dir, run, 20, {}, prefix);
   ASSERT_EQ(first.exit_code, 0) << first.output;
-  for (int64_t s : {5, 10, 15, 20}) fs::permissions(step_dir(run, s) + "/checkpoint.model.safetensors", fs::perms::none);
+  for (int64_t s : {5, 10, 15, 20})
+    fs::permissions(step_dir(run, s) + "/checkpoint.model.safetensors", fs::perms::none);
   const auto before = snapshot(run);
   Finished f = train(dir, run, 7, {}, prefix);
   ASSERT_FALSE(f.hung) << f.output;

@@ -33,8 +33,8 @@ constexpr double kLimit = 120;  // seconds: only catches hangs
 // dpt-train on a GPT of the given size; `shell_prefix` (e.g. "ulimit -v N") runs before it in sh.
 Finished train_gpt(const ScratchDir& dir, int64_t n_embd, int64_t n_layer, const std::string& shell_prefix = "",
                    const std::vector<std::string>& env = {}) {
-  std::vector<std::string> argv = {"/bin/sh", "-c", shell_prefix + " exec \"$0\" \"$@\"", kBin + "dpt-train",
-                                   "--config", DPT_SOURCE_DIR "/configs/char_gpt.yaml"};
+  std::vector<std::string> argv = {"/bin/sh",          "-c",       shell_prefix + " exec \"$0\" \"$@\"",
+                                   kBin + "dpt-train", "--config", DPT_SOURCE_DIR "/configs/char_gpt.yaml"};
   for (const std::string& o : {std::string("training.device=cpu"), "model.gpt.n_embd=" + std::to_string(n_embd),
                                "model.gpt.n_layer=" + std::to_string(n_layer), "checkpoint.dir=" + dir.file("run")}) {
     argv.insert(argv.end(), {"--set", o});
@@ -62,8 +62,9 @@ TEST(MemoryEstimate, AGptOfWidth16384And64LayersIsRefusedBeforeAllocating) {
   Finished f = train_gpt(dir, 16384, 64);
   ASSERT_FALSE(f.hung) << f.output;
   EXPECT_EQ(f.exit_code, 1) << f.output;
-  EXPECT_CONTAINS(f.output, "(2.062e+11 parameters: weights 768.1 GiB (float32), gradients 768.1 GiB, optimizer "
-                            "state 1.5 TiB (adamw), activations");
+  EXPECT_CONTAINS(f.output,
+                  "(2.062e+11 parameters: weights 768.1 GiB (float32), gradients 768.1 GiB, optimizer "
+                  "state 1.5 TiB (adamw), activations");
   EXPECT_CONTAINS(f.output, "model.gpt.n_layer 64, model.gpt.n_embd 16384");
 }
 

@@ -43,9 +43,10 @@ std::vector<std::string> trainer(const std::string& config, const std::vector<st
 
 // A small GPT on token files: the data path is the test's.
 std::vector<std::string> token_gpt(const std::string& run, const std::string& kind, const std::string& path) {
-  return {"training.device=cpu", "training.steps=2",  "schedule.warmup_steps=1", "model.gpt.n_layer=1", "model.gpt.n_head=2",
-          "model.gpt.n_embd=16", "data.seq_len=8",    "training.batch_size=4", "eval.sample_tokens=0",
-          "data.kind=" + kind,   "data.path=" + path, "data.val_fraction=0.1", "checkpoint.dir=" + run};
+  return {"training.device=cpu",  "training.steps=2",    "schedule.warmup_steps=1", "model.gpt.n_layer=1",
+          "model.gpt.n_head=2",   "model.gpt.n_embd=16", "data.seq_len=8",          "training.batch_size=4",
+          "eval.sample_tokens=0", "data.kind=" + kind,   "data.path=" + path,       "data.val_fraction=0.1",
+          "checkpoint.dir=" + run};
 }
 
 TEST(SpecialFiles, AFifoAsTheTokenFileIsRefusedWithoutBlocking) {
@@ -63,8 +64,8 @@ TEST(SpecialFiles, AFifoAsTheTokenFileIsRefusedWithoutBlocking) {
 TEST(SpecialFiles, AFifoAsACheckpointFileIsRefusedWithoutBlockingAndNothingChanges) {
   ScratchDir dir;
   const std::string run = dir.file("run");
-  const std::vector<std::string> args = {"training.device=cpu", "training.steps=10", "schedule.warmup_steps=2", "checkpoint.every=5",
-                                         "checkpoint.dir=" + run};
+  const std::vector<std::string> args = {"training.device=cpu", "training.steps=10", "schedule.warmup_steps=2",
+                                         "checkpoint.every=5", "checkpoint.dir=" + run};
   Finished first = Child(trainer("mlp_synthetic.yaml", args), dir.file("first.log")).wait(kLimit);
   ASSERT_EQ(first.exit_code, 0) << first.output;
   const std::string file = run + "/step_00000010/checkpoint.optim.safetensors";
@@ -106,7 +107,7 @@ TEST(SpecialFiles, SigtermWhileWaitingForOtherRanksEndsTheTrainerAtOnce) {
   ScratchDir dir;
   const int port = dpt::dist::net::find_free_port();
   Child child(trainer("mlp_synthetic.yaml", {"training.device=cpu", "distributed.backend=gloo",
-                                              "distributed.timeout_s=600", "checkpoint.dir=" + dir.file("run")}),
+                                             "distributed.timeout_s=600", "checkpoint.dir=" + dir.file("run")}),
               dir.file("log"),
               {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
                "MASTER_PORT=" + std::to_string(port)});
@@ -130,13 +131,14 @@ TEST(SpecialFiles, SigtermWhileWaitingForOtherRanksEndsTheTrainerAtOnce) {
 TEST(SpecialFiles, ASecondStopSignalEndsATrainerStuckInAStep) {
   ScratchDir dir;
   const int port = dpt::dist::net::find_free_port();
-  const auto args = trainer("mlp_synthetic.yaml",
-                            {"training.device=cpu", "distributed.backend=gloo", "distributed.timeout_s=600",
-                             "training.steps=1000000", "logging.every=1", "checkpoint.every=0",
-                             "checkpoint.dir=" + dir.file("run")});
+  const auto args =
+      trainer("mlp_synthetic.yaml",
+              {"training.device=cpu", "distributed.backend=gloo", "distributed.timeout_s=600", "training.steps=1000000",
+               "logging.every=1", "checkpoint.every=0", "checkpoint.dir=" + dir.file("run")});
   auto env = [&](int rank) {
-    return std::vector<std::string>{"RANK=" + std::to_string(rank), "WORLD_SIZE=2", "LOCAL_RANK=" + std::to_string(rank),
-                                    "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
+    return std::vector<std::string>{
+        "RANK=" + std::to_string(rank), "WORLD_SIZE=2",          "LOCAL_RANK=" + std::to_string(rank),
+        "LOCAL_WORLD_SIZE=2",           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
   };
   Child rank0(args, dir.file("rank0.log"), env(0));
   Child rank1(args, dir.file("rank1.log"), env(1));

@@ -32,10 +32,10 @@ constexpr double kLimit = 120;  // seconds: only catches hangs
 // A small GPT on synthetic tokens at `path`.
 Finished synthetic_run(const ScratchDir& dir, const std::string& path, const std::string& log) {
   std::vector<std::string> argv = {kBin + "dpt-train", "--config", DPT_SOURCE_DIR "/configs/char_gpt.yaml"};
-  for (const char* o : {"training.device=cpu", "training.steps=2", "schedule.warmup_steps=1",
-                               "model.gpt.n_layer=1", "model.gpt.n_head=2", "model.gpt.n_embd=16", "data.seq_len=8",
-                               "training.batch_size=4", "eval.sample_tokens=0", "data.kind=synthetic_tokens",
-                               "data.vocab_size=32", "data.num_tokens=2000"}) {
+  for (const char* o :
+       {"training.device=cpu", "training.steps=2", "schedule.warmup_steps=1", "model.gpt.n_layer=1",
+        "model.gpt.n_head=2", "model.gpt.n_embd=16", "data.seq_len=8", "training.batch_size=4", "eval.sample_tokens=0",
+        "data.kind=synthetic_tokens", "data.vocab_size=32", "data.num_tokens=2000"}) {
     argv.insert(argv.end(), {"--set", std::string(o)});
   }
   argv.insert(argv.end(), {"--set", "data.path=" + path, "--set", "checkpoint.dir=" + dir.file("run")});
