@@ -193,7 +193,7 @@ bool ensure_synthetic_token_file(const std::string& path, int64_t count, int64_t
     what = fmt::format("a token file of {} tokens", existing.size());
   }
   DPT_FAIL(
-      "'{}' exists and is {} that synthetic_tokens did not write; it is never overwritten. Point the path "
+      "'{}' exists and was not written by synthetic_tokens ({}); it is never overwritten. Point the path "
       "elsewhere or remove the file",
       path, what);
 }

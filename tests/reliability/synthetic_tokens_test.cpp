@@ -50,7 +50,7 @@ TEST(SyntheticTokenFile, TheTrainerNeverOverwritesATokenFileItDidNotWrite) {
   Finished f = synthetic_run(dir, path, "log");
   EXPECT_EQ(f.exit_code, 1) << f.output;
   EXPECT_CONTAINS(f.output, "data.path (data.kind synthetic_tokens): '" + path +
-                                "' exists and is a token file of 3000 tokens that synthetic_tokens did not write");
+                                "' exists and was not written by synthetic_tokens (a token file of 3000 tokens)");
   EXPECT_EQ(read_text(path), before);
 }
 
@@ -60,7 +60,7 @@ TEST(SyntheticTokenFile, TheTrainerNeverOverwritesAnyOtherFile) {
   std::ofstream(path) << "not tokens at all\n";
   Finished f = synthetic_run(dir, path, "log");
   EXPECT_EQ(f.exit_code, 1) << f.output;
-  EXPECT_CONTAINS(f.output, "'" + path + "' exists and is not a token file that synthetic_tokens did not write");
+  EXPECT_CONTAINS(f.output, "'" + path + "' exists and was not written by synthetic_tokens (not a token file)");
   EXPECT_EQ(read_text(path), "not tokens at all\n");
 }
 
