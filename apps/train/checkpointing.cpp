@@ -66,6 +66,15 @@ fs::path set_aside(const fs::path& path) {
   return to;
 }
 
+// Any failure to read a checkpoint but proven damage: resuming from an older one instead would silently
+// drop this one's progress (and a later save's retention could delete it).
+[[noreturn]] void unreadable(const std::string& checkpoint, const std::string& why, const std::string& dir) {
+  DPT_FAIL(
+      "cannot read checkpoint '{}': {}. It is not known to be damaged, so the run stops instead of starting from "
+      "an older checkpoint; nothing in '{}' was changed. Fix the cause and run again",
+      checkpoint, why, dir);
+}
+
 // Whether `path` exists; false only for "no such file" (any other failure to look is an error).
 bool present(const fs::path& path) {
   struct stat st {};
@@ -155,10 +164,9 @@ optim::Checkpoint load_run_checkpoint(const std::string& path) {
   for (const char* suffix : {".model.safetensors", ".optim.safetensors"}) {
     if (present(prefix + suffix)) continue;
     // A step directory appears complete (it is renamed into place), so one without its files is damage.
-    const std::string what = fmt::format(
-        "checkpoint '{}': expected {}.model.safetensors and {}.optim.safetensors; {}{} "
-        "is missing",
-        path, prefix, prefix, prefix, suffix);
+    const std::string what =
+        fmt::format("checkpoint '{}': {}{} is missing (a checkpoint is {}.model.safetensors and .optim.safetensors)",
+                    path, prefix, suffix, prefix);
     if (step_dir) throw DamagedFile(what);
     DPT_FAIL("{}", what);
   }
@@ -178,12 +186,10 @@ std::optional<FoundCheckpoint> find_newest_valid(const std::string& dir, std::ve
       return FoundCheckpoint{*it, std::move(checkpoint)};
     } catch (const DamagedFile& e) {
       if (skipped) skipped->push_back(fmt::format("{}: {}", it->path, e.what()));
+    } catch (const std::bad_alloc&) {
+      unreadable(it->path, "out of memory", dir);
     } catch (const std::exception& e) {
-      const std::string why = dynamic_cast<const std::bad_alloc*>(&e) ? "out of memory" : e.what();
-      DPT_FAIL(
-          "cannot read checkpoint '{}': {}. It is not known to be damaged, so the run stops instead of starting "
-          "from an older checkpoint; nothing in '{}' was changed. Fix the cause and run again",
-          it->path, why, dir);
+      unreadable(it->path, e.what(), dir);
     }
   }
   return std::nullopt;
@@ -204,12 +210,14 @@ std::vector<std::string> clean_leftovers(const std::string& dir) {
   std::vector<std::string> removed;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return removed;
+  std::vector<std::pair<fs::path, pid_t>> dead;
   for (const auto& e : fs::directory_iterator(dir)) {
     auto tmp = parse_leftover(e.path().filename().string());
-    if (!tmp || process_alive(tmp->pid)) continue;
-    fs::remove_all(e.path());
-    removed.push_back(
-        fmt::format("removed {}, an unfinished save of process {}, which is gone", e.path().string(), tmp->pid));
+    if (tmp && !process_alive(tmp->pid)) dead.emplace_back(e.path(), tmp->pid);
+  }
+  for (const auto& [path, pid] : dead) {
+    fs::remove_all(path);
+    removed.push_back(fmt::format("removed {}, an unfinished save of process {}, which is gone", path.string(), pid));
   }
   return removed;
 }
