@@ -42,7 +42,9 @@ class Trainer {
   void setup_model();
   void resume_or_start();  // picks the checkpoint, loads weights (fp32, before mixed precision)
   void setup_optimizer();  // mixed precision, optimizer (+ its checkpointed state), schedule, DDP
-  void open_run_dir();     // resolved config and metrics; only once nothing can fail any more
+  // Only once nothing can fail any more: leftovers of crashed saves removed, checkpoints newer than the
+  // start step set aside, resolved config and metrics written; stop signals wait for a step from here.
+  void open_run_dir();
 
   // --- the loop's pieces (trainer.cpp) ---
   struct StepResult {
