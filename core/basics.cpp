@@ -70,16 +70,18 @@ std::string Device::str() const { return is_cpu() ? "cpu" : fmt::format("cuda:{}
 
 int64_t shape_numel(const Shape& shape) {
   int64_t n = 1;
-  for (int64_t d : shape) n *= d;
+  for (int64_t d : shape) DPT_CHECK(!__builtin_mul_overflow(n, d, &n), "shape {} overflows int64", shape_str(shape));
   return n;
 }
 
 Shape contiguous_strides(const Shape& shape) {
   Shape strides(shape.size());
   int64_t s = 1;
+  // A zero extent counts as 1: the strides of an empty tensor are those of the same shape with 1 there.
   for (size_t i = shape.size(); i-- > 0;) {
     strides[i] = s;
-    s *= std::max<int64_t>(shape[i], 1);
+    DPT_CHECK(!__builtin_mul_overflow(s, std::max<int64_t>(shape[i], 1), &s), "shape {} overflows int64",
+              shape_str(shape));
   }
   return strides;
 }

@@ -19,6 +19,9 @@ std::string device_name(int device);  // "NVIDIA H100 80GB HBM3"
 // Stream-ordered pool (cudaMallocAsync on the current stream, release threshold = keep everything).
 void* allocate(size_t nbytes, int device);
 void deallocate(void* ptr, size_t nbytes, int device);
+// Bytes the driver can still hand out on `device` (cudaMemGetInfo's free), and the device's total.
+size_t free_memory(int device);
+size_t total_memory(int device);
 size_t memory_allocated(int device);      // bytes held by live tensors
 size_t max_memory_allocated(int device);  // peak of the above since the last reset
 void reset_peak_memory_stats(int device);

@@ -16,6 +16,8 @@ void synchronize() {}
 std::string device_name(int) { no_cuda(); }
 void* allocate(size_t, int) { no_cuda(); }
 void deallocate(void*, size_t, int) {}
+size_t free_memory(int) { no_cuda(); }
+size_t total_memory(int) { no_cuda(); }
 size_t memory_allocated(int) { return 0; }
 size_t max_memory_allocated(int) { return 0; }
 void reset_peak_memory_stats(int) {}

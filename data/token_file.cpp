@@ -20,15 +20,80 @@ namespace {
 constexpr uint64_t kStreamTransition = 201;
 constexpr uint64_t kStreamNoiseCoin = 202;
 constexpr uint64_t kStreamNoiseToken = 203;
+
+// A synthetic token file says so in the header's reserved ints, which readers of the format ignore:
+// [3] this marker, [4] the generator's version, [5] vocab size, [6] [7] the seed's low and high halves.
+// Only a file carrying it, or one whose tokens are exactly what the generator makes, is ever rewritten.
+constexpr int32_t kSyntheticMarker = 0x53545044;  // "DPTS" in the file's little-endian bytes
+constexpr int32_t kSyntheticVersion = 1;
+
+const char* file_kind(mode_t mode) {
+  if (S_ISDIR(mode)) return "a directory";
+  if (S_ISFIFO(mode)) return "a FIFO";
+  if (S_ISSOCK(mode)) return "a socket";
+  if (S_ISCHR(mode)) return "a character device";
+  if (S_ISBLK(mode)) return "a block device";
+  return "not a regular file";
+}
+
+void write_tokens(const std::string& path, const std::vector<uint16_t>& tokens, const std::vector<int32_t>& reserved) {
+  DPT_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX), "write_token_file '{}': {} tokens exceed the int32 count",
+            path, tokens.size());
+  std::vector<int32_t> header(kTokenFileHeaderInts, 0);
+  header[0] = kTokenFileMagic;
+  header[1] = kTokenFileVersion;
+  header[2] = static_cast<int32_t>(tokens.size());
+  std::copy(reserved.begin(), reserved.end(), header.begin() + 3);
+  std::filesystem::path target(path);
+  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
+  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
+  {
+    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
+    DPT_CHECK(out.good(), "write_token_file: cannot create '{}': {}", tmp, std::strerror(errno));
+    out.write(reinterpret_cast<const char*>(header.data()), kTokenFileHeaderBytes);
+    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
+    out.flush();
+    if (!out.good()) {
+      std::filesystem::remove(tmp);
+      DPT_FAIL("write_token_file: writing '{}' failed (disk full?)", tmp);
+    }
+  }
+  std::filesystem::rename(tmp, target);
+}
+
+std::vector<int32_t> synthetic_header(int64_t vocab_size, uint64_t seed) {
+  return {kSyntheticMarker, kSyntheticVersion, static_cast<int32_t>(vocab_size),
+          static_cast<int32_t>(static_cast<uint32_t>(seed)), static_cast<int32_t>(static_cast<uint32_t>(seed >> 32))};
+}
+
+// The first header ints of `path` (fewer when the file is shorter), read without blocking; throws naming
+// the path when it cannot be read or is not a regular file.
+std::vector<int32_t> read_header_ints(const std::string& path, size_t count) {
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
+  DPT_CHECK(fd >= 0, "'{}': cannot open: {}", path, std::strerror(errno));
+  struct stat st {};
+  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
+    ::close(fd);
+    DPT_FAIL("'{}' is {}", path, file_kind(st.st_mode));
+  }
+  std::vector<int32_t> ints(count, 0);
+  const ssize_t got = ::pread(fd, ints.data(), count * sizeof(int32_t), 0);
+  const int err = errno;
+  ::close(fd);
+  DPT_CHECK(got >= 0, "'{}': cannot read: {}", path, std::strerror(err));
+  ints.resize(static_cast<size_t>(got) / sizeof(int32_t));
+  return ints;
+}
 }  // namespace
 
 TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC);
+  // O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular file is refused.
+  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
   DPT_CHECK(fd >= 0, "token file '{}': cannot open: {}", path_, std::strerror(errno));
   struct stat st {};
   if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
     ::close(fd);
-    DPT_FAIL("token file '{}': not a regular file", path_);
+    DPT_FAIL("token file '{}' is {}, not a regular file", path_, file_kind(st.st_mode));
   }
   const auto file_bytes = static_cast<int64_t>(st.st_size);
   if (file_bytes < kTokenFileHeaderBytes) {
@@ -74,29 +139,7 @@ uint16_t TokenFile::max_token() const {
   return count_ == 0 ? uint16_t{0} : *std::max_element(tokens_, tokens_ + count_);
 }
 
-void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) {
-  DPT_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX), "write_token_file '{}': {} tokens exceed the int32 count",
-            path, tokens.size());
-  std::vector<int32_t> header(kTokenFileHeaderInts, 0);
-  header[0] = kTokenFileMagic;
-  header[1] = kTokenFileVersion;
-  header[2] = static_cast<int32_t>(tokens.size());
-  std::filesystem::path target(path);
-  if (target.has_parent_path()) std::filesystem::create_directories(target.parent_path());
-  const std::string tmp = fmt::format("{}.tmp.{}", path, ::getpid());
-  {
-    std::ofstream out(tmp, std::ios::binary | std::ios::trunc);
-    DPT_CHECK(out.good(), "write_token_file: cannot create '{}': {}", tmp, std::strerror(errno));
-    out.write(reinterpret_cast<const char*>(header.data()), kTokenFileHeaderBytes);
-    out.write(reinterpret_cast<const char*>(tokens.data()), static_cast<std::streamsize>(tokens.size() * 2));
-    out.flush();
-    if (!out.good()) {
-      std::filesystem::remove(tmp);
-      DPT_FAIL("write_token_file: writing '{}' failed (disk full?)", tmp);
-    }
-  }
-  std::filesystem::rename(tmp, target);
-}
+void write_token_file(const std::string& path, const std::vector<uint16_t>& tokens) { write_tokens(path, tokens, {}); }
 
 std::vector<uint16_t> synthetic_tokens(int64_t count, int64_t vocab_size, uint64_t seed, double noise) {
   DPT_CHECK(count >= 0, "synthetic_tokens: count must be >= 0, got {}", count);
@@ -118,16 +161,41 @@ std::vector<uint16_t> synthetic_tokens(int64_t count, int64_t vocab_size, uint64
 }
 
 bool ensure_synthetic_token_file(const std::string& path, int64_t count, int64_t vocab_size, uint64_t seed) {
-  if (std::filesystem::exists(path)) {
-    try {
-      TokenFile existing(path);
-      if (existing.size() == count && existing.max_token() < vocab_size) return false;
-    } catch (const Error&) {
-      // A damaged or different generated file is regenerated below.
-    }
+  const std::vector<int32_t> ours = synthetic_header(vocab_size, seed);
+  std::error_code ec;
+  if (!std::filesystem::exists(std::filesystem::symlink_status(path, ec))) {
+    write_tokens(path, synthetic_tokens(count, vocab_size, seed), ours);
+    return true;
   }
-  write_token_file(path, synthetic_tokens(count, vocab_size, seed));
-  return true;
+  const std::vector<int32_t> header = read_header_ints(path, 3 + ours.size());
+  const bool token_header = header.size() >= 3 && header[0] == kTokenFileMagic && header[1] == kTokenFileVersion;
+  const bool marked = token_header && header.size() == 3 + ours.size() && header[3] == kSyntheticMarker;
+  if (marked) {
+    // Generated here before: kept when it is this very corpus and intact, else regenerated.
+    const bool same = std::equal(ours.begin(), ours.end(), header.begin() + 3) && header[2] == count;
+    if (same) {
+      try {
+        if (TokenFile(path).size() == count) return false;
+      } catch (const Error&) {
+        // Damaged: it is ours, so it is written anew below.
+      }
+    }
+    write_tokens(path, synthetic_tokens(count, vocab_size, seed), ours);
+    return true;
+  }
+  // A file without the marker is kept only when it already holds exactly this corpus (a file generated
+  // before the marker existed); anything else is somebody's data.
+  std::string what = "not a token file";
+  if (token_header) {
+    TokenFile existing(path);
+    const std::vector<uint16_t> expected = synthetic_tokens(count, vocab_size, seed);
+    if (existing.size() == count && std::equal(expected.begin(), expected.end(), existing.tokens())) return false;
+    what = fmt::format("a token file of {} tokens", existing.size());
+  }
+  DPT_FAIL(
+      "'{}' exists and was not written by synthetic_tokens ({}); it is never overwritten. Point the path "
+      "elsewhere or remove the file",
+      path, what);
 }
 
 }  // namespace dpt::data

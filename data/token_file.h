@@ -16,8 +16,9 @@ constexpr int64_t kTokenFileHeaderBytes = kTokenFileHeaderInts * 4;
 
 class TokenFile {
  public:
-  // Throws a dpt::Error naming the file for: missing/unreadable, shorter than the header, wrong magic,
-  // wrong version, negative count, fewer or more token bytes than the header declares.
+  // Throws a dpt::Error naming the file for: missing/unreadable, not a regular file (a FIFO is refused
+  // without blocking), shorter than the header, wrong magic, wrong version, negative count, fewer or
+  // more token bytes than the header declares.
   explicit TokenFile(std::string path);
   ~TokenFile();
   TokenFile(const TokenFile&) = delete;
@@ -44,8 +45,10 @@ void write_token_file(const std::string& path, const std::vector<uint16_t>& toke
 // (t -> (a·t + b) mod vocab) with probability 1 - noise, else is uniform. Pure function of the seed.
 std::vector<uint16_t> synthetic_tokens(int64_t count, int64_t vocab_size, uint64_t seed, double noise = 0.1);
 
-// Writes synthetic_tokens(...) to `path` unless a valid token file with that many tokens is there
-// already; returns true when it wrote. Used to generate the data of default configs on first use.
+// Writes synthetic_tokens(...) to `path` (marked as generated in the header's reserved ints) unless that
+// very corpus is there already; returns true when it wrote. Used to generate the data of default configs
+// on first use. Only a file it wrote itself is ever rewritten (other parameters, or damaged): any other
+// file at `path` (a real token file, anything else) is an error naming it, and stays as it is.
 bool ensure_synthetic_token_file(const std::string& path, int64_t count, int64_t vocab_size, uint64_t seed);
 
 }  // namespace dpt::data

@@ -1,11 +1,16 @@
 #include "checkpointing.h"
 
 #include <fcntl.h>
+#include <signal.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <cerrno>
 #include <charconv>
+#include <cstring>
 #include <filesystem>
+#include <new>
 #include <regex>
 
 #include "core/error.h"
@@ -29,22 +34,78 @@ void fsync_dir(const fs::path& dir) {
 
 std::string shape_text(const Tensor& t) { return shape_str(t.shape()); }
 
+// The process id in the name of a temporary step directory, step_<digits>.tmp-<pid>, or nullopt.
+struct Leftover {
+  pid_t pid = 0;
+};
+std::optional<Leftover> parse_leftover(const std::string& name) {
+  static const std::regex pattern("step_[0-9]+\\.tmp-([0-9]+)");
+  std::smatch m;
+  if (!std::regex_match(name, m, pattern)) return std::nullopt;
+  pid_t pid = 0;
+  const std::string digits = m[1].str();
+  auto [end, ec] = std::from_chars(digits.data(), digits.data() + digits.size(), pid);
+  if (ec != std::errc() || end != digits.data() + digits.size() || pid <= 0) return std::nullopt;
+  return Leftover{pid};
+}
+
+// False only when no process `pid` exists (a process of another user still counts as alive).
+bool process_alive(pid_t pid) { return ::kill(pid, 0) == 0 || errno != ESRCH; }
+
+// A free name beside `path` for setting it aside: path.set-aside-<pid>[-k].
+fs::path set_aside_name(const fs::path& path) {
+  const std::string base = path.string() + fmt::format(".set-aside-{}", ::getpid());
+  fs::path candidate = base;
+  for (int k = 1; fs::exists(fs::symlink_status(candidate)); ++k) candidate = base + fmt::format("-{}", k);
+  return candidate;
+}
+
+fs::path set_aside(const fs::path& path) {
+  const fs::path to = set_aside_name(path);
+  fs::rename(path, to);
+  return to;
+}
+
+// Any failure to read a checkpoint but proven damage: resuming from an older one instead would silently
+// drop this one's progress (and a later save's retention could delete it).
+[[noreturn]] void unreadable(const std::string& checkpoint, const std::string& why, const std::string& dir) {
+  DPT_FAIL(
+      "cannot read checkpoint '{}': {}. It is not known to be damaged, so the run stops instead of starting from "
+      "an older checkpoint; nothing in '{}' was changed. Fix the cause and run again",
+      checkpoint, why, dir);
+}
+
+// Whether `path` exists; false only for "no such file" (any other failure to look is an error).
+bool present(const fs::path& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) == 0) return true;
+  DPT_CHECK(errno == ENOENT || errno == ENOTDIR, "cannot look at '{}': {}", path.string(), std::strerror(errno));
+  return false;
+}
+
 }  // namespace
 
 std::string checkpoint_path(const std::string& dir, int64_t step) {
   return (fs::path(dir) / fmt::format("step_{:08d}", step)).string();
 }
 
-std::vector<CheckpointEntry> list_checkpoints(const std::string& dir) {
+std::vector<CheckpointEntry> list_checkpoints(const std::string& dir, std::vector<std::string>* ignored) {
   std::vector<CheckpointEntry> out;
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) return out;
   static const std::regex pattern("step_([0-9]+)");
-  for (const auto& e : fs::directory_iterator(dir, ec)) {
+  for (const auto& e : fs::directory_iterator(dir)) {
     std::smatch m;
     const std::string name = e.path().filename().string();
     if (!e.is_directory() || !std::regex_match(name, m, pattern)) continue;
-    out.push_back({std::stoll(m[1].str()), e.path().string()});
+    const std::string digits = m[1].str();
+    int64_t step = 0;
+    auto [end, parse_error] = std::from_chars(digits.data(), digits.data() + digits.size(), step);
+    if (parse_error != std::errc() || end != digits.data() + digits.size()) {
+      if (ignored) ignored->push_back(fmt::format("{}: the step number does not fit 64 bits", e.path().string()));
+      continue;
+    }
+    out.push_back({step, e.path().string()});
   }
   std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.step < b.step; });
   return out;
@@ -64,23 +125,17 @@ std::string save_run_checkpoint(const std::string& dir, const NamedTensors& mode
     fs::remove_all(tmp, ec);
     throw;
   }
-  // Swap into place: an existing checkpoint of the same step (an earlier run's) goes only once the new
-  // one is complete.
-  if (fs::exists(final_path)) {
-    const fs::path old = final_path.string() + fmt::format(".old-{}", ::getpid());
-    fs::rename(final_path, old);
-    fs::rename(tmp, final_path);
-    fs::remove_all(old);
-  } else {
-    fs::rename(tmp, final_path);
-  }
+  // Into place. A checkpoint of the same step already there is not this run's (its steps only grow):
+  // it is set aside, not deleted, once the new one is complete.
+  if (fs::exists(final_path)) set_aside(final_path);
+  fs::rename(tmp, final_path);
   fsync_dir(dir);
-  // Retention: nothing newer than this step survives (it belongs to an abandoned run), then keep K.
-  std::vector<CheckpointEntry> all = list_checkpoints(dir);
+  // Retention: anything newer than this step belongs to another run and is set aside; of the rest, the
+  // newest `keep` stay.
   std::vector<CheckpointEntry> kept;
-  for (const auto& e : all) {
+  for (const auto& e : list_checkpoints(dir)) {
     if (e.step > state.step) {
-      fs::remove_all(e.path);
+      set_aside(e.path);
     } else {
       kept.push_back(e);
     }
@@ -92,7 +147,8 @@ std::string save_run_checkpoint(const std::string& dir, const NamedTensors& mode
 optim::Checkpoint load_run_checkpoint(const std::string& path) {
   fs::path p(path);
   std::string prefix;
-  if (fs::is_directory(p)) {
+  const bool step_dir = fs::is_directory(p);
+  if (step_dir) {
     prefix = (p / kPrefixName).string();
   } else {
     std::string s = p.string();
@@ -105,21 +161,65 @@ optim::Checkpoint load_run_checkpoint(const std::string& path) {
     }
     prefix = s;
   }
-  DPT_CHECK(fs::exists(prefix + ".model.safetensors") && fs::exists(prefix + ".optim.safetensors"),
-            "checkpoint '{}': expected {}.model.safetensors and {}.optim.safetensors", path, prefix, prefix);
+  for (const char* suffix : {".model.safetensors", ".optim.safetensors"}) {
+    if (present(prefix + suffix)) continue;
+    // A step directory appears complete (it is renamed into place), so one without its files is damage.
+    const std::string what =
+        fmt::format("checkpoint '{}': {}{} is missing (a checkpoint is {}.model.safetensors and .optim.safetensors)",
+                    path, prefix, suffix, prefix);
+    if (step_dir) throw DamagedFile(what);
+    DPT_FAIL("{}", what);
+  }
   return optim::load_checkpoint(prefix);
 }
 
-std::optional<FoundCheckpoint> find_newest_valid(const std::string& dir, std::vector<std::string>* skipped) {
-  std::vector<CheckpointEntry> all = list_checkpoints(dir);
+std::optional<FoundCheckpoint> find_newest_valid(const std::string& dir, std::vector<std::string>* skipped,
+                                                 std::vector<std::string>* ignored) {
+  std::vector<CheckpointEntry> all = list_checkpoints(dir, ignored);
   for (auto it = all.rbegin(); it != all.rend(); ++it) {
     try {
-      return FoundCheckpoint{*it, load_run_checkpoint(it->path)};
-    } catch (const std::exception& e) {
+      optim::Checkpoint checkpoint = load_run_checkpoint(it->path);
+      if (checkpoint.state.step != it->step) {
+        throw DamagedFile(
+            fmt::format("it holds step {}, not the step {} its name says", checkpoint.state.step, it->step));
+      }
+      return FoundCheckpoint{*it, std::move(checkpoint)};
+    } catch (const DamagedFile& e) {
       if (skipped) skipped->push_back(fmt::format("{}: {}", it->path, e.what()));
+    } catch (const std::bad_alloc&) {
+      unreadable(it->path, "out of memory", dir);
+    } catch (const std::exception& e) {
+      unreadable(it->path, e.what(), dir);
     }
   }
   return std::nullopt;
+}
+
+std::vector<std::string> set_aside_newer(const std::string& dir, int64_t step) {
+  std::vector<std::string> moved;
+  for (const auto& e : list_checkpoints(dir)) {
+    if (e.step <= step) continue;
+    const fs::path to = set_aside(e.path);
+    moved.push_back(fmt::format("{} -> {}", e.path, to.string()));
+  }
+  if (!moved.empty()) fsync_dir(dir);
+  return moved;
+}
+
+std::vector<std::string> clean_leftovers(const std::string& dir) {
+  std::vector<std::string> removed;
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) return removed;
+  std::vector<std::pair<fs::path, pid_t>> dead;
+  for (const auto& e : fs::directory_iterator(dir)) {
+    auto tmp = parse_leftover(e.path().filename().string());
+    if (tmp && !process_alive(tmp->pid)) dead.emplace_back(e.path(), tmp->pid);
+  }
+  for (const auto& [path, pid] : dead) {
+    fs::remove_all(path);
+    removed.push_back(fmt::format("removed {}, an unfinished save of process {}, which is gone", path.string(), pid));
+  }
+  return removed;
 }
 
 int64_t extra_int(const optim::Checkpoint& checkpoint, const std::string& key) {

@@ -600,6 +600,10 @@ class Loader {
     // Combinations and files are checked even when some keys were invalid, so one run reports every
     // problem; a combination is not reported against a key that already has its own problem.
     check_combinations(config);
+    if (unknown_keys_ > kMaxUnknownKeysReported) {
+      problems_.push_back(fmt::format("{}: {} more unknown keys (the first {} are listed above)", name_,
+                                      unknown_keys_ - kMaxUnknownKeysReported, kMaxUnknownKeysReported));
+    }
     if (!problems_.empty()) throw ConfigError(problems_);
     return config;
   }
@@ -620,6 +624,13 @@ class Loader {
   }
   void report_at(const std::string& where, const std::string& path, const std::string& message) {
     problems_.push_back(fmt::format("{}: {}: {}", where, path, message));
+  }
+  // An unknown key's message searches the schema for a suggestion: a file of a million unknown keys must
+  // still fail in moments, with a message a person can read, so only the first few are described and
+  // the rest counted.
+  static constexpr size_t kMaxUnknownKeysReported = 20;
+  void report_unknown(const std::string& where, const std::string& path) {
+    if (++unknown_keys_ <= kMaxUnknownKeysReported) report_at(where, path, unknown_key_message(path));
   }
 
   void flatten(const YAML::Node& map, const std::string& prefix) {
@@ -649,7 +660,7 @@ class Loader {
       } else if (find_field(path)) {
         entries_[path] = {value, at, true};
       } else {
-        report_at(at, path, unknown_key_message(path));
+        report_unknown(at, path);
       }
     }
   }
@@ -689,7 +700,7 @@ class Loader {
       if (is_section(key)) {
         report_at(at, key, fmt::format("is a section; set one of its keys: {}", join(children_of(key))));
       } else {
-        report_at(at, key, unknown_key_message(key));
+        report_unknown(at, key);
       }
       return;
     }
@@ -952,6 +963,7 @@ class Loader {
   LoadOptions options_;
   std::map<std::string, Entry> entries_;
   std::vector<std::string> problems_;
+  size_t unknown_keys_ = 0;
   std::set<std::string> invalid_;  // keys whose own value was rejected
 };
 

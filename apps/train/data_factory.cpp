@@ -73,8 +73,13 @@ void make_token_data(const Config& c, DataBundle& out) {
     return;
   }
   if (d.kind == "synthetic_tokens") {
-    // Every rank may generate the file: each writes a private temp file and renames it into place.
-    data::ensure_synthetic_token_file(d.path, d.num_tokens, d.vocab_size, seed);
+    // Every rank may generate the file: each writes a private temp file and renames it into place. A
+    // file the generator did not write is refused, never overwritten.
+    try {
+      data::ensure_synthetic_token_file(d.path, d.num_tokens, d.vocab_size, seed);
+    } catch (const Error& e) {
+      DPT_FAIL("data.path (data.kind synthetic_tokens): {}", e.what());
+    }
   }
   const bool separate_val = !d.val_path.empty();
   const double split = separate_val ? 1.0 : 1.0 - d.val_fraction;

@@ -1,14 +1,32 @@
 #include "stop_signal.h"
 
+#include <unistd.h>
+
 #include <csignal>
+#include <cstring>
 
 namespace dpt::train {
 
 namespace {
 volatile std::sig_atomic_t g_signal = 0;
+volatile std::sig_atomic_t g_deferred = 0;
+
+// Only async-signal-safe calls here: write(2) and _exit(2).
+void say(const char* text) {
+  const ssize_t ignored = ::write(STDERR_FILENO, text, std::strlen(text));
+  (void)ignored;
+}
 
 extern "C" void on_stop_signal(int signo) {
-  if (g_signal == 0) g_signal = signo;
+  if (g_deferred && g_signal == 0) {
+    g_signal = signo;
+    return;
+  }
+  const char* name = signo == SIGINT ? "SIGINT" : "SIGTERM";
+  say("dpt-train: ");
+  say(name);
+  say(g_deferred ? " again: exiting now, without a checkpoint\n" : " before training started: exiting\n");
+  ::_exit(128 + signo);
 }
 }  // namespace
 
@@ -26,6 +44,8 @@ void install_stop_handlers() {
   sigaddset(&set, SIGTERM);
   pthread_sigmask(SIG_UNBLOCK, &set, nullptr);
 }
+
+void defer_stop_signals() { g_deferred = 1; }
 
 int stop_signal() { return g_signal; }
 

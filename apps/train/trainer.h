@@ -43,7 +43,9 @@ class Trainer {
   void setup_model();
   void resume_or_start();  // picks the checkpoint, loads weights (fp32, before mixed precision)
   void setup_optimizer();  // mixed precision, optimizer (+ its checkpointed state), schedule, DDP
-  void open_run_dir();     // resolved config and metrics; only once nothing can fail any more
+  // Only once nothing can fail any more: leftovers of crashed saves removed, checkpoints newer than the
+  // start step set aside, resolved config and metrics written; stop signals wait for a step from here.
+  void open_run_dir();
   // How steps run, and why: "replayed from a CUDA graph ..." or "eager (...)".
   std::string choose_cuda_graph() const;
   std::string graph_choice_;

@@ -15,8 +15,10 @@
 #include "distributed/sampler.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
+#include "memory_estimate.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "stop_signal.h"
 #include "trainer.h"
 
 namespace dpt::train {
@@ -111,6 +113,7 @@ void Trainer::setup_data() {
 }
 
 void Trainer::setup_model() {
+  check_memory_fits(config_, data_.shape, compute_, device_, env_.local_world_size, env_.world_size);
   model_ = std::make_unique<Model>(config_, data_.shape, gen_);
   model_->module()->to(device_);
   gen_.set_state(dropout_seed(config_.training.seed, env_.rank), gen_.offset());
@@ -121,11 +124,12 @@ void Trainer::resume_or_start() {
   if (!ck.enabled) return;
   // The model about to be trained, in float32 as checkpoints hold it (mixed precision comes later).
   const NamedTensors expected = model_->module()->state_dict();
-  std::vector<std::string> skipped;
+  std::vector<std::string> skipped, ignored;
   std::optional<optim::Checkpoint> chosen;
   std::string chosen_path;
   if (ck.resume == "auto" || ck.resume == "never") {
-    std::optional<FoundCheckpoint> found = find_newest_valid(ck.dir, &skipped);
+    std::optional<FoundCheckpoint> found = find_newest_valid(ck.dir, &skipped, &ignored);
+    for (const auto& s : ignored) spdlog::warn("ignoring an entry of checkpoint.dir that is not a checkpoint: {}", s);
     for (const auto& s : skipped) spdlog::warn("skipping a damaged checkpoint: {}", s);
     if (found) {
       const std::string why = incompatibility(found->checkpoint, expected, env_.world_size);
@@ -140,8 +144,8 @@ void Trainer::resume_or_start() {
         chosen_path = found->entry.path;
       } else {
         spdlog::info(
-            "checkpoint.resume is never: starting over; the checkpoints in {} are replaced as this run "
-            "writes its own",
+            "checkpoint.resume is never: starting over; the checkpoints in {} are set aside (renamed "
+            "step_N.set-aside-<pid>), not deleted",
             ck.dir);
       }
     }
@@ -164,6 +168,10 @@ void Trainer::resume_or_start() {
               start_step_, ck.dir);
   }
   if (!chosen) return;
+  if (!chosen->checksummed) {
+    spdlog::info("checkpoint {} has no checksums (written before dptrain stored them): its data is loaded unverified",
+                 chosen_path);
+  }
   // Weights go in now, in float32, before mixed precision snapshots its masters from them.
   model_->module()->load_state_dict(chosen->model);
   resume_path_ = chosen_path;
@@ -317,9 +325,23 @@ void Trainer::setup_optimizer() {
 }
 
 void Trainer::open_run_dir() {
+  if (is_main()) {
+    const std::string& dir = config_.checkpoint.dir;
+    if (config_.checkpoint.enabled) {
+      // Leftovers of crashed saves go; checkpoints newer than the step this run continues from (damaged
+      // ones it passed over, or a future it abandons) are moved out of later resumes' way, never deleted.
+      for (const auto& line : clean_leftovers(dir)) spdlog::info("checkpoint.dir: {}", line);
+      for (const auto& line : set_aside_newer(dir, start_step_)) {
+        spdlog::warn("checkpoint.dir: set aside a checkpoint newer than step {}, which this run continues from: {}",
+                     start_step_, line);
+      }
+    }
+    fs::create_directories(dir);
+    write_config(config_, (fs::path(dir) / "config.yaml").string());
+  }
+  // From here on a stop signal ends the run after a step, with a checkpoint (apps/train/stop_signal.h).
+  defer_stop_signals();
   if (!is_main()) return;
-  fs::create_directories(config_.checkpoint.dir);
-  write_config(config_, (fs::path(config_.checkpoint.dir) / "config.yaml").string());
   metrics_ = std::make_unique<MetricsLog>(config_.logging.metrics_file, start_step_);
   progress_ = std::make_unique<ProgressBar>(config_.logging.progress_bar && stdout_is_terminal(), total_steps_);
 }

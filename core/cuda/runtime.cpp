@@ -18,6 +18,7 @@
 #include <cstring>
 #include <mutex>
 #include <string>
+#include <utility>
 
 #include "core/block_cache.h"
 #include "core/cuda/check.h"
@@ -138,6 +139,25 @@ std::string device_name(int device) {
   DPT_CUDA_CHECK(cudaGetDeviceProperties(&prop, device));
   return prop.name;
 }
+
+namespace {
+// cudaMemGetInfo for `device`, whichever device is current (and stays current).
+std::pair<size_t, size_t> memory_info(int device) {
+  DPT_CHECK(device >= 0 && device < device_count(), "free_memory: CUDA device {} does not exist ({} visible)", device,
+            device_count());
+  int current = 0;
+  DPT_CUDA_CHECK(cudaGetDevice(&current));
+  DPT_CUDA_CHECK(cudaSetDevice(device));
+  size_t free = 0, total = 0;
+  const cudaError_t status = cudaMemGetInfo(&free, &total);
+  DPT_CUDA_CHECK(cudaSetDevice(current));
+  DPT_CUDA_CHECK(status);
+  return {free, total};
+}
+}  // namespace
+
+size_t free_memory(int device) { return memory_info(device).first; }
+size_t total_memory(int device) { return memory_info(device).second; }
 
 void* allocate(size_t nbytes, int device) {
   device = checked_device(device, "allocate");

@@ -1,7 +1,9 @@
 // safetensors round trips, an independent reading of what we write, and hostile inputs.
 #include "core/safetensors.h"
 
+#include <fcntl.h>
 #include <gtest/gtest.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <cstdlib>
@@ -10,6 +12,7 @@
 #include <fstream>
 #include <regex>
 
+#include "core/crc32c.h"
 #include "core/error.h"
 #include "core/factory.h"
 
@@ -48,6 +51,18 @@ class SafetensorsTest : public ::testing::Test {
       FAIL() << "expected an error containing '" << needle << "'";
     } catch (const Error& e) {
       EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    }
+  }
+
+  // Expects load_safetensors to throw DamagedFile (the bytes prove damage) whose message contains `needle`.
+  static void expect_damage(const std::string& file, const std::string& needle) {
+    try {
+      load_safetensors(file);
+      FAIL() << "expected damage: '" << needle << "'";
+    } catch (const DamagedFile& e) {
+      EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    } catch (const std::exception& e) {
+      FAIL() << "expected DamagedFile containing '" << needle << "', got: " << e.what();
     }
   }
 
@@ -226,6 +241,153 @@ TEST_F(SafetensorsTest, RejectsMalformedJson) {
   expect_error(write_raw("j9.safetensors", "{}xyz", ""), "after the top-level");
 }
 
+// --- checksums ------------------------------------------------------------------------------------
+
+TEST(Crc32c, MatchesTheStandardsKnownAnswers) {
+  const std::string digits = "123456789";
+  EXPECT_EQ(crc32c(digits.data(), digits.size()), 0xE3069283u);
+  // RFC 3720 (iSCSI), appendix B.4: 32 bytes of zeros, of ones, ascending.
+  std::vector<unsigned char> zeros(32, 0), ones(32, 0xFF), ascending(32);
+  for (int i = 0; i < 32; ++i) ascending[static_cast<size_t>(i)] = static_cast<unsigned char>(i);
+  EXPECT_EQ(crc32c(zeros.data(), zeros.size()), 0x8A9136AAu);
+  EXPECT_EQ(crc32c(ones.data(), ones.size()), 0x62A8AB43u);
+  EXPECT_EQ(crc32c(ascending.data(), ascending.size()), 0x46DD794Eu);
+  // Continuing from the value of a prefix gives the value of the whole.
+  EXPECT_EQ(crc32c(digits.data() + 4, 5, crc32c(digits.data(), 4)), 0xE3069283u);
+  EXPECT_EQ(crc32c(nullptr, 0), 0u);
+}
+
+// The "crc32c.<name>" value stored for `name` in a file's header, read with a regex (not our parser).
+std::string stored_checksum(const std::string& file, const std::string& name) {
+  const std::string bytes = read_file(file);
+  std::smatch m;
+  const std::regex re("\"crc32c\\." + name + "\":\"([0-9a-f]{8})\"");
+  const std::string header = bytes.substr(8, 4096);
+  return std::regex_search(header, m, re) ? m[1].str() : "";
+}
+
+TEST_F(SafetensorsTest, EachTensorsChecksumIsStoredAndMatchesItsBytes) {
+  const std::vector<float> w = {1.5f, -2.0f, 3.25f, 0.0f};
+  save_safetensors(path("c.safetensors"),
+                   {{"w", from_vector<float>(w, {2, 2})},
+                    {"n", from_vector<int64_t>({42}, {1}, TensorOptions{}.with_dtype(DType::Int64))}},
+                   {{"format", "pt"}});
+  const int64_t n42 = 42;
+  EXPECT_EQ(stored_checksum(path("c.safetensors"), "w"), fmt::format("{:08x}", crc32c(w.data(), 16)));
+  EXPECT_EQ(stored_checksum(path("c.safetensors"), "n"), fmt::format("{:08x}", crc32c(&n42, 8)));
+  SafetensorsContents c = load_safetensors(path("c.safetensors"));
+  EXPECT_TRUE(c.checksummed);
+  // The checksums are the format's business, not the caller's metadata.
+  EXPECT_EQ(c.metadata, (SafetensorsMetadata{{"format", "pt"}}));
+  EXPECT_THROW(save_safetensors(path("d.safetensors"), {}, {{"crc32c.w", "00000000"}}), Error);
+}
+
+TEST_F(SafetensorsTest, AChangedByteFailsItsTensorsChecksumAndIsDamage) {
+  save_safetensors(path("c.safetensors"),
+                   {{"a", from_vector<float>({1, 2}, {2})}, {"b", from_vector<float>({3, 4}, {2})}});
+  std::string bytes = read_file(path("c.safetensors"));
+  // A finite change: the last byte of "b" (data order a, b) gains one bit; 4.0f becomes another finite float.
+  bytes[bytes.size() - 2] = static_cast<char>(bytes[bytes.size() - 2] ^ 0x01);
+  std::ofstream(path("c.safetensors"), std::ios::binary | std::ios::trunc) << bytes;
+  try {
+    load_safetensors(path("c.safetensors"));
+    FAIL() << "a changed byte loaded";
+  } catch (const DamagedFile& e) {
+    EXPECT_NE(std::string(e.what()).find("tensor 'b' fails its checksum"), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(path("c.safetensors")), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SafetensorsTest, FilesWithoutChecksumsLoadUnverifiedAndPartialChecksumsAreDamage) {
+  float v[2] = {1.0f, 2.0f};
+  const std::string data(reinterpret_cast<const char*>(v), 8);
+  const std::string a = R"("a":{"dtype":"F32","shape":[1],"data_offsets":[0,4]})";
+  const std::string b = R"("b":{"dtype":"F32","shape":[1],"data_offsets":[4,8]})";
+  SafetensorsContents old = load_safetensors(write_raw("old.safetensors", "{" + a + "," + b + "}", data));
+  EXPECT_FALSE(old.checksummed);
+  EXPECT_EQ(old.at("b").to_vector<float>(), std::vector<float>{2.0f});
+  const std::string crc_a = fmt::format("{:08x}", crc32c(v, 4));
+  expect_damage(
+      write_raw("partial.safetensors", R"({"__metadata__":{"crc32c.a":")" + crc_a + R"("},)" + a + "," + b + "}", data),
+      "tensor 'b' has no checksum");
+  expect_damage(
+      write_raw("foreign.safetensors", R"({"__metadata__":{"crc32c.z":")" + crc_a + R"("},)" + a + "," + b + "}", data),
+      "names tensor 'z'");
+  expect_damage(
+      write_raw("malformed.safetensors", R"({"__metadata__":{"crc32c.a":"xyz"},)" + a + "}", data.substr(0, 4)),
+      "not 8 hex digits");
+}
+
+// --- bounds: what a header may make the reader allocate -------------------------------------------
+
+TEST_F(SafetensorsTest, ShapesOfMoreThanEightDimensionsAreRefusedWhileParsing) {
+  expect_damage(write_raw("r9.safetensors", R"({"a":{"dtype":"F32","shape":[1,1,1,1,1,1,1,1,1],"data_offsets":[0,4]}})",
+                          std::string(4, '\0')),
+                "a tensor has at most 8 dimensions");
+  // Ten million extents (20 MB of text) stop at the ninth: the reader never holds them.
+  std::string shape = "[";
+  for (int i = 0; i < 10000000; ++i) shape += i ? ",1" : "1";
+  expect_damage(write_raw("r10m.safetensors", R"({"a":{"dtype":"F32","shape":)" + shape + R"(],"data_offsets":[0,4]}})",
+                          std::string(4, '\0')),
+                "more than 8 items");
+  EXPECT_THROW(save_safetensors(path("w.safetensors"), {{"a", zeros(Shape(9, 1))}}), Error);
+}
+
+TEST_F(SafetensorsTest, TooManyTensorsOrMetadataEntriesAreRefused) {
+  std::string header = "{";
+  for (size_t i = 0; i <= kSafetensorsMaxTensors; ++i) {
+    header += fmt::format(R"({}"t{}":{{"dtype":"F32","shape":[0],"data_offsets":[0,0]}})", i ? "," : "", i);
+  }
+  expect_damage(write_raw("many.safetensors", header + "}", ""), "more than 262144");
+  std::string meta = R"({"__metadata__":{)";
+  for (size_t i = 0; i <= kSafetensorsMaxMetadata; ++i) meta += fmt::format(R"({}"k{}":"v")", i ? "," : "", i);
+  expect_damage(write_raw("meta.safetensors", meta + "}}", ""), "more than " + std::to_string(kSafetensorsMaxMetadata));
+}
+
+TEST_F(SafetensorsTest, AZeroExtentDoesNotHideAnOverflowOfTheOthers) {
+  // [0, 2^63-1, 2^63-1] holds no element, but its strides would overflow int64.
+  expect_damage(write_raw("z.safetensors",
+                          R"({"a":{"dtype":"F32","shape":[0,9223372036854775807,9223372036854775807],)"
+                          R"("data_offsets":[0,0]}})",
+                          ""),
+                "overflows");
+  EXPECT_THROW(Tensor::empty({0, INT64_MAX, INT64_MAX}), Error);
+  EXPECT_THROW(Tensor::empty({INT64_MAX, 3}), Error);
+  // Zero extents that fit stay fine.
+  EXPECT_EQ(Tensor::empty({0, 1 << 20, 1 << 20}).numel(), 0);
+}
+
+// --- unreadable is not damaged --------------------------------------------------------------------
+
+// Expects load_safetensors to throw a dpt::Error that is NOT DamagedFile, containing `needle`.
+void expect_unreadable(const std::string& file, const std::string& needle) {
+  try {
+    load_safetensors(file);
+    FAIL() << file << " loaded";
+  } catch (const DamagedFile& e) {
+    FAIL() << file << " counted as damaged: " << e.what();
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find(needle), std::string::npos) << e.what();
+    EXPECT_NE(std::string(e.what()).find(file), std::string::npos) << e.what();
+  }
+}
+
+TEST_F(SafetensorsTest, AMissingFileADirectoryOrAFifoIsUnreadableNotDamaged) {
+  expect_unreadable(path("missing.safetensors"), "No such file");
+  fs::create_directories(path("dir.safetensors"));
+  expect_unreadable(path("dir.safetensors"), "is a directory");
+  ASSERT_EQ(::mkfifo(path("fifo.safetensors").c_str(), 0600), 0);
+  // A writer holds the FIFO open, so that even a blocking open returns (the old reader's would).
+  const int writer = ::open(path("fifo.safetensors").c_str(), O_RDWR | O_NONBLOCK);
+  ASSERT_GE(writer, 0);
+  expect_unreadable(path("fifo.safetensors"), "is a FIFO");
+  ::close(writer);
+  // Damage proper is DamagedFile.
+  save_safetensors(path("t.safetensors"), {{"w", from_vector<float>({1, 2, 3, 4}, {4})}});
+  fs::resize_file(path("t.safetensors"), fs::file_size(path("t.safetensors")) - 1);
+  EXPECT_THROW(load_safetensors(path("t.safetensors")), DamagedFile);
+}
+
 // Python's own safetensors reads what we write (runs where the package is installed, else skips).
 TEST_F(SafetensorsTest, PythonSafetensorsReadsOurFile) {
   if (std::system("python3 -c 'import safetensors, numpy' > /dev/null 2>&1") != 0) {
@@ -240,7 +402,10 @@ TEST_F(SafetensorsTest, PythonSafetensorsReadsOurFile) {
   std::ofstream(script) << "import sys\n"
                            "from safetensors import safe_open\n"
                            "with safe_open(sys.argv[1], framework='numpy') as f:\n"
-                           "    assert f.metadata() == {'format': 'pt'}, f.metadata()\n"
+                           "    m = f.metadata()\n"
+                           "    assert m['format'] == 'pt', m\n"
+                           "    assert sorted(k for k in m if k.startswith('crc32c.')) == "
+                           "['crc32c.blocks.0.attn.qkv.weight', 'crc32c.h', 'crc32c.step'], m\n"
                            "    w = f.get_tensor('blocks.0.attn.qkv.weight')\n"
                            "    assert w.shape == (2, 3) and str(w.dtype) == 'float32', (w.shape, w.dtype)\n"
                            "    assert w.tolist() == [[1, 2, 3], [4, 5, 6]], w\n"
