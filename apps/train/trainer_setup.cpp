@@ -292,7 +292,7 @@ void Trainer::open_run_dir() {
   if (!is_main()) return;
   fs::create_directories(config_.checkpoint.dir);
   write_config(config_, (fs::path(config_.checkpoint.dir) / "config.yaml").string());
-  metrics_ = std::make_unique<MetricsLog>(config_.logging.metrics_file, start_step_);
+  metrics_ = std::make_unique<MetricsLog>(config_.logging, start_step_, model_->is_gpt());
   progress_ = std::make_unique<ProgressBar>(config_.logging.progress_bar && stdout_is_terminal(), total_steps_);
 }
 
