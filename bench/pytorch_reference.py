@@ -9,19 +9,33 @@ buckets, each rank its own batch of the same per-GPU size: weak scaling) and ran
 throughput with "world": N, which is what scripts/gpu-scaling.sh compares dptrain's DDP against.
 
 Workloads (BENCHMARKS.md): gpt2_124m (12L, d768, 12H, T1024, V50304, B16), mlp_92m (1024 -> 6x4096
-ReLU -> 1000, B512), tiny_gpt (4L, d256, 4H, T256, V4096, B32). AdamW (fused), bf16 autocast.
+ReLU -> 1000, B512), tiny_gpt (4L, d256, 4H, T256, V4096, B32); mlp_small (64 -> 2x128 -> 10, B32) runs
+in seconds on a CPU, for testing the tools themselves. AdamW (fused), bf16 autocast.
+
+--batches repeat (the default) trains every step on one batch; random draws a fresh batch for each step.
 
 Parameter names are dptrain's (wte.weight, blocks.0.attn.qkv.weight, ..., and 0.weight, 2.weight, ... for
-the MLP), so `--start FILE` can take the initial weights and the batch from a safetensors file written by
-`dpt-bench train --save-start FILE` ("__x", "__y" hold the batch), and `--losses` adds every step's loss:
-scripts/gpu-convergence.sh compares the two loss curves from the same start.
+the MLP), so `--start FILE` can take the initial weights and the batches from a safetensors file written
+by `dpt-bench train --save-start FILE` ("__x.RANK.I", "__y.RANK.I": rank RANK's batch for step I, warm-up
+included), and `--losses` adds every step's loss: scripts/gpu-convergence.sh compares the loss curves
+from the same start.
+
+--floor KIND trains a second time from the same start after the reference run and prints a second JSON
+line ("role": "floor"): PyTorch against itself, the distance scripts/gpu-convergence.sh measures dptrain
+by. KIND is what differs, nothing else:
+  cpu      the same run on the CPU (float32 only; every core, split between the ranks under torchrun,
+           whose DDP then runs over Gloo)
+  compile  torch.compile toggled (eager against compiled, or the reverse with --compile)
+  kernels  other kernels on the GPU: deterministic algorithms, cuBLASLt for every matmul, and another
+           attention backend (the math one in float32, memory-efficient attention in bf16)
 """
 import argparse
+import contextlib
+import gc
 import json
 import math
-import time
-
 import os
+import time
 
 import torch
 import torch.distributed as dist
@@ -32,7 +46,9 @@ WORKLOADS = {
     "gpt2_124m": dict(kind="gpt", n_layer=12, d_model=768, n_head=12, seq=1024, vocab=50304, batch=16),
     "tiny_gpt": dict(kind="gpt", n_layer=4, d_model=256, n_head=4, seq=256, vocab=4096, batch=32),
     "mlp_92m": dict(kind="mlp", d_in=1024, hidden=4096, layers=6, classes=1000, batch=512),
+    "mlp_small": dict(kind="mlp", d_in=64, hidden=128, layers=2, classes=10, batch=32),
 }
+FLOORS = ("cpu", "compile", "kernels")
 
 
 # Module names follow dptrain's layers (layers/transformer_block.cpp, attention.cpp, gpt.cpp), so that
@@ -145,29 +161,59 @@ def load_safetensors(path):
     return tensors, metadata
 
 
-def load_start(model, path, workload):
-    """Copies every parameter from `path` (names must match both ways) and returns the batch (__x, __y)."""
-    tensors, metadata = load_safetensors(path)
-    if metadata.get("workload", workload) != workload:
-        raise SystemExit(f"{path}: written for workload {metadata['workload']}, not {workload}")
-    for k in ("__x", "__y"):
-        if k not in tensors:
-            raise SystemExit(f"{path}: no batch tensor '{k}' (write it with dpt-bench train --save-start)")
-    batch = tensors.pop("__x"), tensors.pop("__y")
-    params = dict(model.named_parameters())
-    for name in params:
-        if name not in tensors:
-            raise SystemExit(f"{path}: model parameter '{name}' is not in the file")
-    for name in tensors:
-        if name not in params:
-            raise SystemExit(f"{path}: tensor '{name}' is not a parameter of the model")
-    with torch.no_grad():
-        for name, p in params.items():
-            if tuple(tensors[name].shape) != tuple(p.shape):
-                raise SystemExit(f"{path}: parameter '{name}' has shape {list(tensors[name].shape)} in the file, "
-                                 f"{list(p.shape)} in the model")
-            p.copy_(tensors[name])
-    return batch
+class Start:
+    """The starting point `dpt-bench train --save-start` wrote: float32 parameters under dptrain's names,
+    and each rank's batches (metadata "ranks" and "batches": how many of each)."""
+
+    def __init__(self, path, workload):
+        self.path = path
+        tensors, metadata = load_safetensors(path)
+        if metadata.get("workload", workload) != workload:
+            raise SystemExit(f"{path}: written for workload {metadata['workload']}, not {workload}")
+        try:
+            self.ranks, self.count = int(metadata.get("ranks", "1")), int(metadata.get("batches", "1"))
+        except ValueError:
+            raise SystemExit(f"{path}: metadata ranks '{metadata.get('ranks')}' and batches "
+                             f"'{metadata.get('batches')}' must be whole numbers")
+        self.batches = {}
+        for r in range(self.ranks):
+            for i in range(self.count):
+                names = (f"__x.{r}.{i}", f"__y.{r}.{i}")
+                for k in names:
+                    if k not in tensors:
+                        raise SystemExit(f"{path}: no batch tensor '{k}' (the metadata says {self.ranks} ranks, "
+                                         f"{self.count} batches each; write it with dpt-bench train --save-start)")
+                self.batches[r, i] = tuple(tensors.pop(k) for k in names)
+        for name in tensors:
+            if name.startswith("__"):
+                raise SystemExit(f"{path}: tensor '{name}' is no batch of the {self.ranks} ranks and {self.count} "
+                                 f"batches the metadata names")
+        self.params = tensors
+
+    def load_into(self, model):
+        """Copies every parameter from the file (names must match both ways)."""
+        params = dict(model.named_parameters())
+        for name in params:
+            if name not in self.params:
+                raise SystemExit(f"{self.path}: model parameter '{name}' is not in the file")
+        for name in self.params:
+            if name not in params:
+                raise SystemExit(f"{self.path}: tensor '{name}' is not a parameter of the model")
+        with torch.no_grad():
+            for name, p in params.items():
+                if tuple(self.params[name].shape) != tuple(p.shape):
+                    raise SystemExit(f"{self.path}: parameter '{name}' has shape {list(self.params[name].shape)} in "
+                                     f"the file, {list(p.shape)} in the model")
+                p.copy_(self.params[name])
+
+    def rank_batches(self, rank, world, needed):
+        """Rank `rank`'s first `needed` batches, checked against the file's ranks and batches."""
+        if self.ranks != world:
+            raise SystemExit(f"{self.path}: holds the batches of {self.ranks} ranks; this run has {world}")
+        if needed != self.count:
+            raise SystemExit(f"{self.path}: holds {self.count} batches per rank; this run needs {needed} "
+                             f"(--batches random: --warmup plus --steps, repeat: 1; as dpt-bench train was given)")
+        return [self.batches[rank, i] for i in range(needed)]
 
 
 def flops_per_step(cfg, n_params):
@@ -180,43 +226,87 @@ def flops_per_step(cfg, n_params):
     return 6 * n_params * cfg["batch"]
 
 
-def run(name, steps, warmup, precision, compile_model, peak_tflops, start_file=None, record_losses=False):
-    cfg = WORKLOADS[name]
-    torch.manual_seed(0)
-    world, rank = dist.get_world_size() if dist.is_initialized() else 1, dist.get_rank() if dist.is_initialized() else 0
-    dev = f"cuda:{torch.cuda.current_device()}"
-    model = (GPT(**cfg) if cfg["kind"] == "gpt" else MLP(**cfg)).to(dev)
-    start_batch = load_start(model, start_file, name) if start_file else None
-    n_params = sum(p.numel() for p in model.parameters())
+@contextlib.contextmanager
+def other_kernels(precision):
+    """--floor kernels: the same arithmetic through other GPU kernels (deterministic algorithms, cuBLASLt
+    for every matmul, another attention backend); restores PyTorch's defaults on the way out."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    torch.use_deterministic_algorithms(True, warn_only=True)  # cuBLAS needs CUBLAS_WORKSPACE_CONFIG: main()
+    blas = torch.backends.cuda.preferred_blas_library()
+    torch.backends.cuda.preferred_blas_library("cublaslt")
+    backend = SDPBackend.EFFICIENT_ATTENTION if precision == "bf16" else SDPBackend.MATH
+    try:
+        with sdpa_kernel(backend):
+            yield
+    finally:
+        torch.backends.cuda.preferred_blas_library(blas)
+        torch.use_deterministic_algorithms(False)
+
+
+def make_adamw(model, device):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
-    opt = torch.optim.AdamW([{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}],
-                            lr=3e-4, betas=(0.9, 0.95), fused=True)
+    groups = [{"params": decay, "weight_decay": 0.1}, {"params": no_decay, "weight_decay": 0.0}]
+    try:
+        return torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95), fused=True)
+    except (RuntimeError, TypeError):
+        if device.type == "cuda":
+            raise
+        return torch.optim.AdamW(groups, lr=3e-4, betas=(0.9, 0.95))  # a PyTorch without the fused CPU AdamW
+
+
+def draw_batches(cfg, count, seed, device):
+    """`count` random batches from `seed`, drawn on the CPU (the same numbers whatever `device` is)."""
+    gen = torch.Generator().manual_seed(seed)
+    batches = []
+    for _ in range(count):
+        if cfg["kind"] == "gpt":
+            shape = (cfg["batch"], cfg["seq"])
+            x = torch.randint(0, cfg["vocab"], shape, generator=gen)
+            y = torch.randint(0, cfg["vocab"], shape, generator=gen)
+        else:
+            x = torch.randn(cfg["batch"], cfg["d_in"], generator=gen)
+            y = torch.randint(0, cfg["classes"], (cfg["batch"],), generator=gen)
+        batches.append((x.to(device), y.to(device)))
+    return batches
+
+
+def run(name, args, device, compile_model, kernels=False, start=None, group=None, role=None):
+    """One training run of `args.steps` timed steps after `args.warmup`; its JSON result."""
+    cfg = WORKLOADS[name]
+    torch.manual_seed(0)
+    world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
+    model = (GPT(**cfg) if cfg["kind"] == "gpt" else MLP(**cfg))  # initialised on the CPU: the same on any device
+    if start is not None:
+        start.load_into(model)
+    model = model.to(device)
+    n_params = sum(p.numel() for p in model.parameters())
+    opt = make_adamw(model, device)
     step_model = torch.compile(model) if compile_model else model
     if world > 1:
-        step_model = torch.nn.parallel.DistributedDataParallel(step_model, device_ids=[torch.cuda.current_device()])
-    torch.manual_seed(1 + rank)  # each rank its own batch
-    if cfg["kind"] == "gpt":
-        shape_x = shape_y = (cfg["batch"], cfg["seq"])
-        x = torch.randint(0, cfg["vocab"], shape_x, device=dev)
-        y = torch.randint(0, cfg["vocab"], shape_y, device=dev)
-        units = cfg["batch"] * cfg["seq"]
+        step_model = torch.nn.parallel.DistributedDataParallel(
+            step_model, device_ids=[device.index] if device.type == "cuda" else None, process_group=group)
+    n_batches = args.warmup + args.steps if args.batches == "random" else 1
+    if start is not None:  # dptrain's batches: token ids or float32 inputs, int64 targets
+        batches = [(x.to(device, torch.int64 if cfg["kind"] == "gpt" else torch.float32), y.to(device, torch.int64))
+                   for x, y in start.rank_batches(rank, world, n_batches)]
     else:
-        shape_x, shape_y = (cfg["batch"], cfg["d_in"]), (cfg["batch"],)
-        x = torch.randn(*shape_x, device=dev)
-        y = torch.randint(0, cfg["classes"], shape_y, device=dev)
-        units = cfg["batch"]
-    if start_batch is not None:  # dptrain's batch: token ids or float32 inputs, int64 targets
-        sx, sy = start_batch
-        if tuple(sx.shape) != shape_x or tuple(sy.shape) != shape_y:
-            raise SystemExit(f"{start_file}: batch __x {list(sx.shape)}, __y {list(sy.shape)}; workload {name} needs "
-                             f"{list(shape_x)}, {list(shape_y)}")
-        x = sx.to(dev, torch.int64 if cfg["kind"] == "gpt" else torch.float32)
-        y = sy.to(dev, torch.int64)
-    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
-    torch.backends.cuda.matmul.allow_tf32 = precision == "tf32"
+        batches = draw_batches(cfg, n_batches, 1 + rank, device)  # each rank its own
+    x0, y0 = batches[0]
+    shape_x = (cfg["batch"], cfg["seq"]) if cfg["kind"] == "gpt" else (cfg["batch"], cfg["d_in"])
+    shape_y = shape_x if cfg["kind"] == "gpt" else (cfg["batch"],)
+    if tuple(x0.shape) != shape_x or tuple(y0.shape) != shape_y:
+        raise SystemExit(f"{args.start}: batch x {list(x0.shape)}, y {list(y0.shape)}; workload {name} needs "
+                         f"{list(shape_x)}, {list(shape_y)}")
+    units = cfg["batch"] * cfg["seq"] if cfg["kind"] == "gpt" else cfg["batch"]
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    cuda = device.type == "cuda"
+    # The older of PyTorch's two TF32 switches: torch.compile (2.9 to 2.11 at least) reads it, and fails once
+    # the newer one (matmul.fp32_precision) has been set. No convolutions here, so cuDNN's switch is moot.
+    torch.backends.cuda.matmul.allow_tf32 = args.precision == "tf32"
 
-    def step():
+    def step(i):
+        x, y = batches[i % len(batches)]
         with autocast:
             loss = step_model(x, y)
         loss.backward()
@@ -225,58 +315,108 @@ def run(name, steps, warmup, precision, compile_model, peak_tflops, start_file=N
         return loss
 
     losses = []  # --losses: every step's loss, read after its time is taken
-    for _ in range(warmup):
-        loss = step()
-        if record_losses:
-            losses.append(float(loss))
-    torch.cuda.synchronize()
-    torch.cuda.reset_peak_memory_stats()
-    times = []
-    for _ in range(steps):
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        loss = step()
-        end.record()
-        end.synchronize()
-        times.append(start.elapsed_time(end) / 1e3)
-        if record_losses:
-            losses.append(float(loss))
+    with other_kernels(args.precision) if kernels else contextlib.nullcontext():
+        for i in range(args.warmup):
+            loss = step(i)
+            if args.losses:
+                losses.append(float(loss))
+        if cuda:
+            torch.cuda.synchronize()
+            torch.cuda.reset_peak_memory_stats()
+        times = []
+        for i in range(args.warmup, args.warmup + args.steps):
+            if cuda:
+                begin, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+                begin.record()
+                loss = step(i)
+                end.record()
+                end.synchronize()
+                times.append(begin.elapsed_time(end) / 1e3)
+            else:
+                t0 = time.perf_counter()
+                loss = step(i)
+                times.append(time.perf_counter() - t0)
+            if args.losses:
+                losses.append(float(loss))
     times.sort()
     median = times[len(times) // 2]
     flops = flops_per_step(cfg, n_params)
-    result = dict(system=("pytorch-compile" if compile_model else "pytorch-eager") + ("+ddp" if world > 1 else ""),
-                  workload=name, precision=precision, world=world,
-                  device=torch.cuda.get_device_name(), params=n_params, step_ms=median * 1e3,
+    system = ("pytorch-compile" if compile_model else "pytorch-eager") + ("-kernels" if kernels else "") + \
+        ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
+    result = dict(system=system, workload=name, precision=args.precision, world=world, batches=args.batches,
+                  device=torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
+                  params=n_params, step_ms=median * 1e3,
                   throughput=units / median, unit="tokens/s" if cfg["kind"] == "gpt" else "samples/s",
-                  mfu=flops / median / (peak_tflops * 1e12), peak_mem_gib=torch.cuda.max_memory_allocated() / 2**30,
+                  mfu=flops / median / (args.peak_tflops * 1e12) if cuda else 0.0,
+                  peak_mem_gib=torch.cuda.max_memory_allocated(device) / 2**30 if cuda else 0.0,
                   final_loss=float(loss), timestamp=time.strftime("%Y-%m-%d"))
-    if record_losses:
+    if role:
+        result["role"] = role
+    if args.losses:
         result["losses"] = losses
     return result
 
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS), help="default: all")
+    ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS),
+                    help="default: all but mlp_small")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32", "tf32"])
     ap.add_argument("--compile", action="store_true")
+    ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the reference run trains")
+    ap.add_argument("--batches", default="repeat", choices=["repeat", "random"],
+                    help="one batch for every step, or a fresh one each step (warm-up included)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak for MFU (H100 SXM: 989)")
     ap.add_argument("--start", metavar="FILE",
-                    help="initial parameters and batch from `dpt-bench train --save-start FILE` (one --workload)")
+                    help="initial parameters and batches from `dpt-bench train --save-start FILE` (one --workload)")
     ap.add_argument("--losses", action="store_true", help="add every step's loss, warm-up included, as \"losses\"")
+    ap.add_argument("--floor", choices=FLOORS,
+                    help="after the reference run, the same run once more with only this changed (see the top)")
     args = ap.parse_args()
     if args.start and len(args.workload or []) != 1:
         ap.error("--start needs exactly one --workload (the one the file was written for)")
-    if int(os.environ.get("WORLD_SIZE", "1")) > 1:
-        torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
-        dist.init_process_group("nccl")
-    for name in args.workload or sorted(WORKLOADS):
-        result = run(name, args.steps, args.warmup, args.precision, args.compile, args.peak_tflops, args.start,
-                     args.losses)
-        if not dist.is_initialized() or dist.get_rank() == 0:
-            print(json.dumps(result), flush=True)
+    if args.steps <= 0 or args.warmup < 0:
+        ap.error("--steps must be > 0 and --warmup >= 0")
+    if args.floor == "cpu" and args.precision == "bf16":
+        ap.error("--floor cpu compares float32 runs (bf16 autocast on a CPU is other arithmetic): use compile "
+                 "or kernels")
+    if args.floor == "kernels" and args.device != "cuda":
+        ap.error("--floor kernels chooses other GPU kernels: it needs --device cuda")
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise SystemExit("pytorch_reference.py: no GPU visible to PyTorch (--device cpu to train on the CPU)")
+    if args.floor == "kernels":
+        # Deterministic cuBLAS needs a fixed workspace, read when cuBLAS first starts: before any GPU work.
+        os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    torch.set_num_threads(max(1, cores // world))  # a CPU run gets every core, split between the ranks
+    group = cpu_group = None
+    if world > 1:
+        if args.device == "cuda":
+            torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
+        if args.floor == "cpu" and args.device == "cuda":
+            cpu_group = dist.new_group(backend="gloo")  # DDP of the CPU run
+    device = torch.device(f"cuda:{torch.cuda.current_device()}" if args.device == "cuda" else "cpu")
+    start = Start(args.start, args.workload[0]) if args.start else None
+    for name in args.workload or sorted(set(WORKLOADS) - {"mlp_small"}):
+        runs = [dict(device=device, compile_model=args.compile, group=group)]
+        if args.floor == "cpu":
+            runs.append(dict(device=torch.device("cpu"), compile_model=args.compile, group=cpu_group))
+        elif args.floor == "compile":
+            runs.append(dict(device=device, compile_model=not args.compile, group=group))
+        elif args.floor == "kernels":
+            runs.append(dict(device=device, compile_model=args.compile, group=group, kernels=True))
+        for i, r in enumerate(runs):
+            role = None if not args.floor else "reference" if i == 0 else f"floor-{args.floor}"
+            result = run(name, args, start=start, role=role, **r)
+            if not dist.is_initialized() or dist.get_rank() == 0:
+                print(json.dumps(result), flush=True)
+            gc.collect()  # the next run's model and optimizer in the memory this one held
+            if torch.cuda.is_available():
+                torch.cuda.empty_cache()
     if dist.is_initialized():
         dist.destroy_process_group()
 

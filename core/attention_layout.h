@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "core/bfloat16.h"  // DPT_HOST_DEVICE
+#include "core/kernel_types.h"
 
 namespace dpt {
 
@@ -59,6 +60,16 @@ struct AttentionLayouts {
     return {AttentionLayout::packed_qkv(0, heads, t, d), AttentionLayout::packed_qkv(1, heads, t, d),
             AttentionLayout::packed_qkv(2, heads, t, d), AttentionLayout::merged_heads(heads, t, d)};
   }
+};
+
+// Dropout on the attention weights inside the fused kernels: the weight of query i and key j in head h is
+// kept when philox::dropout_uniform_at(rng, (h t + i) t + j) > p, and then scaled by 1 / (1 - p) — the very mask
+// dpt::dropout draws for the [bh, t, t] weights from the same generator state, so the composed path is the
+// reference. The softmax statistics (lse) are those before dropout; the backward draws the mask again.
+// p == 0: no dropout.
+struct AttentionDropout {
+  float p = 0;
+  PhiloxArgs rng;
 };
 
 }  // namespace dpt

@@ -76,6 +76,33 @@ template Tensor from_vector(const std::vector<double>&, const Shape&, const Tens
 template Tensor from_vector(const std::vector<int32_t>&, const Shape&, const TensorOptions&);
 template Tensor from_vector(const std::vector<int64_t>&, const Shape&, const TensorOptions&);
 
+uint64_t Generator::advance(uint64_t count) {
+  DPT_CHECK(capture_counter_ == nullptr,
+            "Generator: a draw with a fixed offset would repeat in every replay of the CUDA graph being captured");
+  const uint64_t o = offset_;
+  offset_ += count;
+  return o;
+}
+
+PhiloxArgs Generator::draw(uint64_t count) {
+  if (capture_counter_ == nullptr) return {seed_, advance(count), nullptr};
+  const uint64_t relative = captured_;
+  captured_ += count;
+  return {seed_, relative, capture_counter_};
+}
+
+void Generator::begin_capture(const uint64_t* device_counter) {
+  DPT_CHECK(device_counter != nullptr && capture_counter_ == nullptr, "Generator: begin_capture twice or without a counter");
+  capture_counter_ = device_counter;
+  captured_ = 0;
+}
+
+uint64_t Generator::end_capture() {
+  DPT_CHECK(capture_counter_ != nullptr, "Generator: end_capture without begin_capture");
+  capture_counter_ = nullptr;
+  return captured_;
+}
+
 Generator& default_generator() {
   static Generator gen(0);
   return gen;

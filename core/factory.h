@@ -6,6 +6,7 @@
 #include <functional>
 #include <vector>
 
+#include "core/kernel_types.h"
 #include "core/tensor.h"
 
 namespace dpt {
@@ -34,11 +35,25 @@ class Generator {
   uint64_t seed() const { return seed_; }
   uint64_t offset() const { return offset_; }
   void set_state(uint64_t seed, uint64_t offset) { seed_ = seed; offset_ = offset; }
-  uint64_t advance(uint64_t count) { uint64_t o = offset_; offset_ += count; return o; }
+  // The offset of a draw of `count` numbers, moving the stream past them (not while capturing).
+  uint64_t advance(uint64_t count);
+  // A draw of `count` numbers for a kernel taking PhiloxArgs. While a CUDA graph is being captured the
+  // draw is relative to the device counter given to begin_capture.
+  PhiloxArgs draw(uint64_t count);
+
+  // CUDA graph capture. `device_counter` holds offset() when the first replay runs and must be moved on
+  // by end_capture()'s count at the end of every replay (kernels::advance_counter in the graph); the host
+  // then calls skip(count) after each replay, so offset() stays the counter's value (what a checkpoint
+  // saves).
+  void begin_capture(const uint64_t* device_counter);
+  uint64_t end_capture();  // numbers one replay draws
+  void skip(uint64_t count) { offset_ += count; }
 
  private:
   uint64_t seed_;
   uint64_t offset_ = 0;
+  const uint64_t* capture_counter_ = nullptr;
+  uint64_t captured_ = 0;  // numbers drawn since begin_capture
 };
 
 Generator& default_generator();

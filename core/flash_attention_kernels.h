@@ -12,6 +12,8 @@
 //   [B, T, 3C] buffer (AttentionLayouts::packed_qkv, C = layouts.q.heads d) and grad_sums, [3C] in float32
 //   or the gradient's dtype, receives the column sums of that buffer as written: the QKV projection's
 //   bias gradient (core/grad_column_sums.h), formed on the way instead of by a pass over the buffer.
+//   dropout (strided, CUDA only): dropout on the attention weights (core/attention_layout.h); the forward
+//   and the backward of one call take the same one.
 #include <cstdint>
 
 #include "core/attention_layout.h"
@@ -25,11 +27,12 @@
                                 const Tensor& grad_v, int64_t bh, int64_t t, int64_t d, double scale);                 \
   void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,           \
                                        const Tensor& lse, const AttentionLayouts& layouts, int64_t bh, int64_t t,      \
-                                       int64_t d, double scale);                                                       \
+                                       int64_t d, double scale, const AttentionDropout& dropout = {});                 \
   void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,          \
                                         const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,               \
                                         const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& layouts,   \
-                                        int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums);
+                                        int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums,       \
+                                        const AttentionDropout& dropout = {});
 
 namespace dpt::cpu {
 DPT_FLASH_ATTENTION_KERNELS

@@ -2,6 +2,19 @@
 // Enums and argument structs shared by the kernel declarations of every backend.
 #include <cstdint>
 
+namespace dpt {
+
+// Where a random draw starts: counter `offset` of stream `seed`, plus, when `base` is set, the value of a
+// device-resident counter read by the kernel when it runs. A CUDA graph holds kernels with `base` set,
+// so every replay draws fresh numbers once the counter has moved on (Generator::begin_capture).
+struct PhiloxArgs {
+  uint64_t seed = 0;
+  uint64_t offset = 0;
+  const uint64_t* base = nullptr;
+};
+
+}  // namespace dpt
+
 namespace dpt::kernels {
 
 enum class UnaryOp {

@@ -29,6 +29,12 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
 void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double low, double high) {
   DPT_KERNEL_DISPATCH(out.device(), random_uniform, out, seed, offset, low, high);
 }
+void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rng) {
+  DPT_KERNEL_DISPATCH(out.device(), dropout, in, out, p, rng);
+}
+void advance_counter(const Tensor& counter, uint64_t amount) {
+  DPT_KERNEL_DISPATCH(counter.device(), advance_counter, counter, amount);
+}
 void reduce(ReduceOp op, const Tensor& in, int64_t outer, int64_t n, int64_t inner, const Tensor& out,
             const Tensor& indices) {
   DPT_KERNEL_DISPATCH(out.device(), reduce, op, in, outer, n, inner, out, indices);

@@ -4,6 +4,7 @@
 // and both operands' shapes/dtypes/devices when its inputs do not fit.
 #include <vector>
 
+#include "core/factory.h"
 #include "core/tensor.h"
 
 namespace dpt {
@@ -22,6 +23,11 @@ Tensor sqrt(const Tensor& x);
 Tensor pow(const Tensor& x, double exponent);
 Tensor relu(const Tensor& x);
 Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
+// Inverted dropout: each element zeroed with probability p, survivors scaled by 1 / (1 - p). The mask
+// is drawn from `gen` inside the kernel and drawn again by the backward from the same counters (one
+// kernel each way, nothing stored); the same generator state gives the same mask on CPU and GPU, and
+// inside a captured CUDA graph a fresh one every replay (Generator::begin_capture).
+Tensor dropout(const Tensor& x, double p, Generator& gen);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 

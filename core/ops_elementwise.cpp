@@ -144,6 +144,22 @@ Tensor relu(const Tensor& x) {
   return out;
 }
 
+Tensor dropout(const Tensor& x_in, double p, Generator& gen) {
+  DPT_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got {}", p);
+  DPT_CHECK(is_floating(x_in.dtype()), "dropout: expected a floating tensor, got {}", dtype_name(x_in.dtype()));
+  Tensor x = x_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.options());
+  const PhiloxArgs rng = gen.draw(static_cast<uint64_t>(x.numel()));
+  kernels::dropout(x, out, p, rng);
+  record_op("DropoutBackward", {x_in}, {out}, [p, rng](const std::vector<Tensor>& g) {
+    Tensor gy = g[0].contiguous();
+    Tensor gx = Tensor::empty(gy.shape(), gy.options());
+    kernels::dropout(gy, gx, p, rng);
+    return std::vector<Tensor>{gx};
+  });
+  return out;
+}
+
 Tensor gelu(const Tensor& x) {
   Tensor out = unary_forward("gelu", UnaryOp::Gelu, x);
   Tensor sx = x.detach();

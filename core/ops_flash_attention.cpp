@@ -80,7 +80,27 @@ Tensor composed_attention_qkv(const Tensor& qkv, int64_t n_head, double scale) {
 
 }  // namespace
 
-Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) {
+bool causal_attention_dropout_fused(const Tensor& qkv, int64_t n_head) {
+#ifdef DPT_HAVE_CUDA
+  if (!qkv.device().is_cuda() || n_head <= 0 || qkv.dim() != 3 || qkv.size(2) % (3 * n_head) != 0) return false;
+  const int64_t c = qkv.size(2) / 3, d = c / n_head;
+  const AttentionLayouts layouts = AttentionLayouts::packed_qkv(n_head, qkv.size(1), d);
+  // The output [B, T, C] is a fresh allocation: aligned whenever its rows are (C a multiple of 8).
+  return qkv.is_contiguous() && c % 8 == 0 &&
+         cuda_kernels::flash_attention_strided_supported(qkv, qkv, qkv, qkv, layouts, d, 1.0);
+#else
+  (void)qkv;
+  (void)n_head;
+  return false;
+#endif
+}
+
+Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale) {
+  Generator unused;
+  return causal_attention_qkv(qkv, n_head, scale, 0.0, unused);
+}
+
+Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale, double dropout, Generator& gen) {
   DPT_CHECK(n_head > 0, "causal_attention_qkv: expected a positive head count, found {}", n_head);
   DPT_CHECK(qkv_in.dim() == 3 && qkv_in.size(2) % (3 * n_head) == 0,
             "causal_attention_qkv: expected qkv [B, T, 3C] with C a multiple of n_head = {}, found {}", n_head,
@@ -98,8 +118,16 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
 #else
     const bool strided = false;
 #endif
-    if (!strided) return composed_attention_qkv(qkv_in, n_head, scale);
+    if (!strided) {
+      DPT_CHECK(dropout == 0, "causal_attention_qkv: dropout needs the fused kernels (causal_attention_dropout_fused)");
+      return composed_attention_qkv(qkv_in, n_head, scale);
+    }
   }
+  DPT_CHECK(dropout >= 0 && dropout < 1, "causal_attention_qkv: dropout must be in [0, 1), got {}", dropout);
+  DPT_CHECK(dropout == 0 || qkv.device().is_cuda(),
+            "causal_attention_qkv: dropout runs in the CUDA kernels only; the CPU composes the op");
+  AttentionDropout drop;
+  if (dropout > 0) drop = {static_cast<float>(dropout), gen.draw(static_cast<uint64_t>(bh * t * t))};
   DType lse_dtype = qkv.dtype() == DType::Float64 ? DType::Float64 : DType::Float32;
   Tensor lse = Tensor::empty({b, n_head, t}, qkv.options().with_dtype(lse_dtype));
   // cuDNN's fused engine where it has one (and is not switched off), our kernels otherwise. The forward
@@ -109,13 +137,13 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
   // where each generated token brings a new sequence length.
   bool on_cudnn = false;
 #ifdef DPT_HAVE_CUDA
-  if (qkv.device().is_cuda() && cudnn_attention_enabled() && grad_mode_enabled()) {
+  if (qkv.device().is_cuda() && cudnn_attention_enabled() && grad_mode_enabled() && drop.p == 0) {
     on_cudnn = cuda_kernels::sdpa_forward_cudnn(qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale);
   }
 #endif
   if (!on_cudnn) {
     DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_forward_strided, qkv, qkv, qkv, out, lse, layouts, bh, t, d,
-                        scale);
+                        scale, drop);
   }
   // Our backward writes every element of the packed gradient: it takes over the column sums of the
   // linear that produced qkv (its bias gradient, core/grad_column_sums.h). cuDNN's backward does not;
@@ -123,8 +151,8 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
   std::shared_ptr<GradColumnSums> sums = grad_mode_enabled() ? claim_grad_column_sums(qkv_in) : nullptr;
   if (sums && sums->columns() != 3 * c) sums = nullptr;
   record_op("CausalAttentionQkvBackward", {qkv_in}, {out},
-            [qkv = qkv.detach(), out = out.detach(), lse, layouts, bh, t, d, scale, sums,
-             on_cudnn](const std::vector<Tensor>& g) {
+            [qkv = qkv.detach(), out = out.detach(), lse, layouts, bh, t, d, scale, sums, on_cudnn,
+             drop](const std::vector<Tensor>& g) {
               // grad_out has out's layout ([B, T, C] contiguous); the gradient is one packed [B, T, 3C]
               // tensor whose q, k and v columns the kernels write directly.
               Tensor gout = g[0].contiguous();
@@ -144,7 +172,7 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale) 
                 grad_sums = Tensor::empty({sums->columns()}, qkv.options().with_dtype(kernel_dtype));
               }
               DPT_KERNEL_DISPATCH(qkv.device(), flash_attention_backward_strided, qkv, qkv, qkv, out, gout, lse, grad,
-                                  grad, grad, layouts, bh, t, d, scale, grad_sums);
+                                  grad, grad, layouts, bh, t, d, scale, grad_sums, drop);
               if (sums) sums->deliver(grad, grad_sums.to(sums->dtype()));
               return std::vector<Tensor>{grad};
             });

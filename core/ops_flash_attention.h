@@ -24,6 +24,7 @@
 // the mma.sync kernels (see set_cudnn_attention below) for bfloat16 with D in {32, 64, 128}, 16-byte
 // aligned rows (C a multiple of 8) and DPT_FLASH_IMPL unset or mma; every other CUDA case runs the
 // composition above, so its results are those of causal_attention.
+#include "core/factory.h"
 #include "core/tensor.h"
 
 namespace dpt {
@@ -32,6 +33,11 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
 
 // qkv [B, T, 3C] with C a multiple of n_head -> [B, T, C]; see above.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale);
+// The same with dropout p on the attention weights, drawn from `gen` inside the mma.sync kernels (the mask
+// dpt::dropout would draw for the [B, H, T, T] weights: core/attention_layout.h). Only where
+// causal_attention_dropout_fused says so; a transformer layer composes the op otherwise.
+Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, double dropout, Generator& gen);
+bool causal_attention_dropout_fused(const Tensor& qkv, int64_t n_head);
 
 // causal_attention_qkv on CUDA through cuDNN's fused attention engines (core/cuda/sdpa_cudnn.h) where
 // cuDNN has them for the shape, our mma.sync kernels otherwise: a forward on cuDNN takes cuDNN's backward

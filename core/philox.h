@@ -46,6 +46,18 @@ DPT_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t offset, uint64_t
   return to_unit_float(philox4x32(offset + index, 0, seed).v[0]);
 }
 
+// Dropout's uniforms, four to a Philox call (stream 2): number j of a draw that starts at `offset` is word
+// (offset + j) % 4 of counter (offset + j) / 4, so a kernel that takes four neighbours together makes one
+// call, and a mask does not depend on how the kernel groups its elements.
+DPT_HOST_DEVICE inline float word_of(const Words& w, uint64_t i) {
+  return to_unit_float(i == 0 ? w.v[0] : i == 1 ? w.v[1] : i == 2 ? w.v[2] : w.v[3]);
+}
+DPT_HOST_DEVICE inline Words dropout_words(uint64_t seed, uint64_t group) { return philox4x32(group, 2, seed); }
+DPT_HOST_DEVICE inline float dropout_uniform_at(uint64_t seed, uint64_t offset, uint64_t index) {
+  const uint64_t n = offset + index;
+  return word_of(dropout_words(seed, n >> 2), n & 3);
+}
+
 DPT_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t offset, uint64_t index) {
   Words w = philox4x32(offset + index, 1, seed);
   double u1 = to_unit_float(w.v[0]), u2 = to_unit_float(w.v[1]);
@@ -54,7 +66,7 @@ DPT_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t offset, uint64_t 
   // are within an ulp or two of exact, so the rounded floats agree unless a result lies within ~2^-28
   // relative of a float rounding boundary. Products only (no a * b + c), so FMA contraction on the
   // device cannot change the result either.
-  return static_cast<float>(sqrt(-2.0 * log(u1)) * cos(6.283185307179586 * u2));
+  return static_cast<float>(::sqrt(-2.0 * ::log(u1)) * ::cos(6.283185307179586 * u2));
 }
 
 }  // namespace dpt::philox

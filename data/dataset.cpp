@@ -11,4 +11,10 @@ void Dataset::check_indices(const std::vector<int64_t>& indices) const {
   }
 }
 
+Batch Dataset::get_batch(const std::vector<int64_t>& indices, int64_t epoch) const {
+  check_indices(indices);
+  DPT_CHECK(epoch >= 0, "{}: epoch {} is negative", describe(), epoch);
+  return gather(indices, epoch);
+}
+
 }  // namespace dpt::data

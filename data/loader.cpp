@@ -203,7 +203,7 @@ Batch Loader::host_batch(LoaderPosition position) const {
             "Loader: position (epoch {}, batch {}) is outside an epoch of {} batches", position.epoch, position.batch,
             batches_per_epoch_);
   return dataset_->get_batch(
-      batch_indices(sampler_->epoch_indices(position.epoch), position.batch, options_.batch_size));
+      batch_indices(sampler_->epoch_indices(position.epoch), position.batch, options_.batch_size), position.epoch);
 }
 
 void Loader::start_worker(LoaderPosition from) {
@@ -240,7 +240,7 @@ void Loader::start_worker(LoaderPosition from) {
           order = sampler_->epoch_indices(pos.epoch);
           order_epoch = pos.epoch;
         }
-        item.host = dataset_->get_batch(batch_indices(order, pos.batch, options_.batch_size));
+        item.host = dataset_->get_batch(batch_indices(order, pos.batch, options_.batch_size), pos.epoch);
 #ifdef DPT_HAVE_CUDA
         if (staged) {
           stage_->fill(slot, item.host);

@@ -21,8 +21,7 @@ TensorDataset::TensorDataset(const Tensor& inputs, const Tensor& targets, std::s
   targets_ = host_contiguous(targets);
 }
 
-Batch TensorDataset::get_batch(const std::vector<int64_t>& indices) const {
-  check_indices(indices);
+Batch TensorDataset::gather(const std::vector<int64_t>& indices, int64_t) const {
   return {gather_rows(inputs_, indices), gather_rows(targets_, indices)};
 }
 

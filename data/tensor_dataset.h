@@ -10,11 +10,13 @@ class TensorDataset : public Dataset {
   TensorDataset(const Tensor& inputs, const Tensor& targets, std::string name = "tensors");
 
   int64_t size() const override { return inputs_.size(0); }
-  Batch get_batch(const std::vector<int64_t>& indices) const override;
   std::string describe() const override;
 
   const Tensor& inputs() const { return inputs_; }
   const Tensor& targets() const { return targets_; }
+
+ protected:
+  Batch gather(const std::vector<int64_t>& indices, int64_t epoch) const override;
 
  private:
   Tensor inputs_;

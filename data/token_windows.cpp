@@ -39,21 +39,22 @@ void TokenWindowDataset::init_windows(int64_t total_tokens, Range range) {
   num_windows_ = (n - 1) / seq_len_;
 }
 
-int64_t TokenWindowDataset::window_start(int64_t index) const {
+int64_t TokenWindowDataset::window_start(int64_t index, int64_t epoch) const {
   if (mode_ == WindowMode::Sequential) return index * seq_len_;
   const auto starts = static_cast<uint64_t>(num_tokens() - seq_len_);  // valid starts: [0, n - T - 1]
-  return static_cast<int64_t>(random::below(seed_, kStreamWindowStart, static_cast<uint64_t>(index), starts));
+  // One counter per (epoch, index) draw: epochs never reuse a counter while index < num_windows_.
+  const uint64_t draw = static_cast<uint64_t>(epoch) * static_cast<uint64_t>(num_windows_) + static_cast<uint64_t>(index);
+  return static_cast<int64_t>(random::below(seed_, kStreamWindowStart, draw, starts));
 }
 
-Batch TokenWindowDataset::get_batch(const std::vector<int64_t>& indices) const {
-  check_indices(indices);
+Batch TokenWindowDataset::gather(const std::vector<int64_t>& indices, int64_t epoch) const {
   const auto b = static_cast<int64_t>(indices.size());
   const TensorOptions int32 = TensorOptions{}.with_dtype(DType::Int32);
   Tensor input = Tensor::empty({b, seq_len_}, int32);
   Tensor target = Tensor::empty({b, seq_len_}, int32);
   std::vector<int32_t> window(static_cast<size_t>(seq_len_ + 1));
   for (int64_t row = 0; row < b; ++row) {
-    read_tokens(begin_ + window_start(indices[static_cast<size_t>(row)]), seq_len_ + 1, window.data());
+    read_tokens(begin_ + window_start(indices[static_cast<size_t>(row)], epoch), seq_len_ + 1, window.data());
     std::copy(window.begin(), window.end() - 1, input.data<int32_t>() + row * seq_len_);
     std::copy(window.begin() + 1, window.end(), target.data<int32_t>() + row * seq_len_);
   }

@@ -3,8 +3,10 @@
 // at window_start(i): input = tokens[s, s + T), target = tokens[s + 1, s + T + 1); a batch is
 // input and target int32 [B, T].
 //   sequential: windows tile the sequence, s = i·T, (N - 1) / T of them (the tail is dropped);
-//   random:     the same number of windows, each at a start drawn uniformly from [0, N - T - 1]
-//               by (seed, i) — fixed for the dataset, so an epoch is still a reproducible pass.
+//   random:     the same number of windows per epoch, each at a start drawn uniformly from
+//               [0, N - T - 1] by (seed, epoch, i): every example drawn sees a fresh window, as
+//               nanoGPT's batch sampler does, and a position (epoch, batch) still names the same
+//               batch, so resuming is exact. Ranks differ through i (the sampler gives each its own).
 // A Range restricts the dataset to a fraction of the sequence (e.g. [0, 0.9) train, [0.9, 1) val).
 #include <cstdint>
 #include <memory>
@@ -27,14 +29,14 @@ struct Range {
 class TokenWindowDataset : public Dataset {
  public:
   int64_t size() const override { return num_windows_; }
-  Batch get_batch(const std::vector<int64_t>& indices) const override;
 
   int64_t seq_len() const { return seq_len_; }
-  int64_t num_tokens() const { return end_ - begin_; }  // tokens in this dataset's range
-  int64_t window_start(int64_t index) const;            // relative to the range's first token
+  int64_t num_tokens() const { return end_ - begin_; }       // tokens in this dataset's range
+  int64_t window_start(int64_t index, int64_t epoch) const;  // relative to the range's first token
 
  protected:
   TokenWindowDataset(int64_t seq_len, WindowMode mode, uint64_t seed);
+  Batch gather(const std::vector<int64_t>& indices, int64_t epoch) const override;
   // Call once the source length is known: selects the range and counts windows (throws naming
   // describe() when fewer than seq_len + 1 tokens remain).
   void init_windows(int64_t total_tokens, Range range);

@@ -27,6 +27,7 @@ int64_t PeerExchange::chunk_begin(int64_t n, int world, int c) {
   return std::min(n, n / world * c / kAlign * kAlign);
 }
 
+#ifdef DPT_HAVE_CUDA
 namespace {
 
 // Where a process runs: two ranks share a host when both strings match (the boot id tells apart
@@ -48,6 +49,7 @@ std::string next_call_key(Store& store, int rank, const std::string& what) {
 }
 
 }  // namespace
+#endif  // DPT_HAVE_CUDA
 
 #ifndef DPT_HAVE_CUDA
 

@@ -26,12 +26,12 @@ bool naive_attention_requested() {
 
 }  // namespace
 
-CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& gen)
+CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& gen, bool bias)
     : n_embd_(n_embd), n_head_(n_head), dropout_(dropout), gen_(&gen) {
   DPT_CHECK(n_head > 0 && n_embd % n_head == 0, "CausalSelfAttention: n_embd {} must be a multiple of n_head {}",
             n_embd, n_head);
-  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, true, gen));
-  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, true, gen));
+  qkv = register_module("qkv", std::make_shared<Linear>(n_embd, 3 * n_embd, bias, gen));
+  proj = register_module("proj", std::make_shared<Linear>(n_embd, n_embd, bias, gen));
 }
 
 Tensor CausalSelfAttention::attend(const Tensor& x) {
@@ -42,11 +42,12 @@ Tensor CausalSelfAttention::attend(const Tensor& x) {
   // 1. One projection for q, k and v: [B, T, C] -> [B, T, 3C].
   Tensor qkv_out = qkv->forward(x);
   Tensor y;
-  if (x.device().is_cuda() && !naive_attention_requested() && !(is_training() && dropout_ > 0)) {
+  const double p = is_training() ? dropout_ : 0.0;
+  if (x.device().is_cuda() && !naive_attention_requested() && (p == 0 || causal_attention_dropout_fused(qkv_out, h))) {
     // 2+3. Fused flash attention on the packed projection (core/ops_flash_attention.h): no [B, H, T, T]
     // scores in memory, and q, k, v read and the heads merged in place, [B, T, 3C] -> [B, T, C]. Dropout
-    // on the attention weights needs those weights, so training with attention dropout stays composed.
-    y = causal_attention_qkv(qkv_out, n_head_, scale);
+    // on the attention weights is drawn inside the kernels, the mask the composed path below would draw.
+    y = causal_attention_qkv(qkv_out, n_head_, scale, p, *gen_);
   } else {
     // Split heads: [B, T, C] -> [B, H, T, D].
     std::vector<Tensor> parts = split(qkv_out, {n_embd_, n_embd_, n_embd_}, 2);

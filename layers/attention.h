@@ -14,7 +14,8 @@ namespace dpt::nn {
 
 class CausalSelfAttention : public Module {
  public:
-  CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator());
+  CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator(),
+                      bool bias = true);
   Tensor forward(const Tensor& x) override;
   // residual + forward(x). Without dropout on the output the add is the output projection's
   // (Linear::forward_residual): one pass over the residual stream fewer.

@@ -1,7 +1,7 @@
 #pragma once
 // Dropout: in training, zeroes each element with probability p and scales the survivors by 1/(1-p);
 // identity in eval mode or when p == 0. The mask comes from the counter-based generator (uniform
-// u_i in (0, 1], kept when u_i > p), drawn on the tensor's own device: the same seed and offset give
+// u_i in (0, 1], kept when u_i > p) inside one kernel (dpt::dropout): the same seed and offset give
 // the same mask on CPU and GPU.
 #include "layers/module.h"
 

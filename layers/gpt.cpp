@@ -16,8 +16,9 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
   drop = register_module("drop", std::make_shared<Dropout>(config.dropout, gen));
   blocks = register_module("blocks", std::make_shared<Sequential>());
   for (int64_t i = 0; i < config.n_layer; ++i)
-    blocks->push_back(std::make_shared<TransformerBlock>(config.n_embd, config.n_head, config.dropout, gen));
-  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd));
+    blocks->push_back(
+        std::make_shared<TransformerBlock>(config.n_embd, config.n_head, config.dropout, gen, config.bias));
+  ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd, 1e-5, config.bias));
 
   // Re-draw every weight in registration order from the same generator: deterministic per seed.
   const double residual_std = init::gpt2_residual_std(config.n_layer);

@@ -5,7 +5,8 @@
 //
 // Parameter names: wte.weight, wpe.weight, blocks.{i}.ln1.{weight,bias}, blocks.{i}.attn.qkv.{weight,bias},
 // blocks.{i}.attn.proj.{weight,bias}, blocks.{i}.ln2.*, blocks.{i}.mlp.fc.*, blocks.{i}.mlp.proj.*,
-// ln_f.{weight,bias}. Linear weights are [out, in] as in torch.nn.Linear.
+// ln_f.{weight,bias} (no `.bias` entries with config.bias false). Linear weights are [out, in] as in
+// torch.nn.Linear.
 #include "layers/dropout.h"
 #include "layers/embedding.h"
 #include "layers/layer_norm.h"
@@ -21,6 +22,7 @@ struct GPTConfig {
   int64_t n_head = 12;
   int64_t n_embd = 768;
   double dropout = 0.0;
+  bool bias = true;  // false: no biases in the Linears and LayerNorms (nanoGPT's default)
 };
 
 class GPT : public Module {

@@ -9,19 +9,23 @@ namespace dpt::nn {
 
 class LayerNorm : public Module {
  public:
-  explicit LayerNorm(int64_t dim, double eps = 1e-5);
+  // bias false: no bias parameter (y = normalized * weight), as nanoGPT's `bias=False`.
+  explicit LayerNorm(int64_t dim, double eps = 1e-5, bool bias = true);
   Tensor forward(const Tensor& x) override;
   // {forward(x), x} for a pre-LN residual block: the skip connection's gradient is then added inside
   // this LayerNorm's backward kernel (dpt::layer_norm_and_skip).
   NormAndSkip forward_and_skip(const Tensor& x);
 
   Tensor weight;  // ones
-  Tensor bias;    // zeros
+  Tensor bias;    // zeros; undefined without bias
 
  private:
   void check_input(const Tensor& x) const;
+  // `bias`, or zeros of the weight's dtype and device for the fused kernels when there is none.
+  const Tensor& bias_or_zeros();
 
   double eps_;
+  Tensor zero_bias_;  // made on first use, remade when the weight changes dtype or device
 };
 
 }  // namespace dpt::nn

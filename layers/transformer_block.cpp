@@ -5,9 +5,9 @@
 
 namespace dpt::nn {
 
-FeedForward::FeedForward(int64_t n_embd, double dropout, Generator& gen) : dropout_(dropout), gen_(&gen) {
-  fc = register_module("fc", std::make_shared<Linear>(n_embd, 4 * n_embd, true, gen));
-  proj = register_module("proj", std::make_shared<Linear>(4 * n_embd, n_embd, true, gen));
+FeedForward::FeedForward(int64_t n_embd, double dropout, Generator& gen, bool bias) : dropout_(dropout), gen_(&gen) {
+  fc = register_module("fc", std::make_shared<Linear>(n_embd, 4 * n_embd, bias, gen));
+  proj = register_module("proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias, gen));
 }
 
 Tensor FeedForward::forward(const Tensor& x) {
@@ -20,11 +20,11 @@ Tensor FeedForward::forward_residual(const Tensor& x, const Tensor& residual) {
   return proj->forward_residual(fc->forward_with(x, Activation::Gelu), residual);
 }
 
-TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout, Generator& gen) {
-  ln1 = register_module("ln1", std::make_shared<LayerNorm>(n_embd));
-  attn = register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, dropout, gen));
-  ln2 = register_module("ln2", std::make_shared<LayerNorm>(n_embd));
-  mlp = register_module("mlp", std::make_shared<FeedForward>(n_embd, dropout, gen));
+TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout, Generator& gen, bool bias) {
+  ln1 = register_module("ln1", std::make_shared<LayerNorm>(n_embd, 1e-5, bias));
+  attn = register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, dropout, gen, bias));
+  ln2 = register_module("ln2", std::make_shared<LayerNorm>(n_embd, 1e-5, bias));
+  mlp = register_module("mlp", std::make_shared<FeedForward>(n_embd, dropout, gen, bias));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {

@@ -10,7 +10,7 @@ namespace dpt::nn {
 
 class FeedForward : public Module {
  public:
-  FeedForward(int64_t n_embd, double dropout = 0.0, Generator& gen = default_generator());
+  FeedForward(int64_t n_embd, double dropout = 0.0, Generator& gen = default_generator(), bool bias = true);
   Tensor forward(const Tensor& x) override;
   // residual + forward(x), the add inside proj's GEMM when there is no dropout to apply first.
   Tensor forward_residual(const Tensor& x, const Tensor& residual);
@@ -25,7 +25,9 @@ class FeedForward : public Module {
 
 class TransformerBlock : public Module {
  public:
-  TransformerBlock(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator());
+  // bias false: no biases in the Linears and LayerNorms (nanoGPT's bias=False).
+  TransformerBlock(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator(),
+                   bool bias = true);
   Tensor forward(const Tensor& x) override;
 
   std::shared_ptr<LayerNorm> ln1;

@@ -1,72 +1,308 @@
 #!/usr/bin/env bash
-# Shows that dptrain trains like PyTorch: for each workload, `dpt-bench train --save-start` writes the
-# initial parameters and the batch, `bench/pytorch_reference.py --start` trains from exactly those, both
-# print every step's loss (--losses), and the table last compares the two curves step by step. Under bf16
-# the bar is a relative difference within 1% at every step (DPT_CONV_TOLERANCE); the exit status is 1
-# when a workload misses it or did not run. Build first (scripts/gpu-test.sh builds into build-gpu/).
+# Shows that dptrain trains like PyTorch, measured against how far PyTorch is from itself.
 #
-#   scripts/gpu-convergence.sh                                   # tiny_gpt gpt2_124m mlp_92m, 30 steps, bf16
-#   DPT_CONV_WORKLOADS="tiny_gpt" DPT_CONV_STEPS=100 scripts/gpu-convergence.sh
-#   DPT_CONV_PRECISION=fp32 scripts/gpu-convergence.sh           # --precision for both
+# For each workload x precision x GPU count x batch mode, `dpt-bench train --save-start FILE --losses`
+# writes the initial parameters and every batch it trains on (each rank's, each step's) and prints every
+# step's loss; `bench/pytorch_reference.py --start FILE --losses --floor KIND` trains from exactly those
+# (the reference) and then once more with only KIND changed (the floor run). Two GPUs: dpt-bench under
+# dpt-run against PyTorch DDP under torchrun, 2 processes each, rank 0's loss on both sides.
+#
+# The floors, PyTorch against itself from the same start:
+#   fp32  cpu      the reference on the GPU against the same run on the CPU (every core; under torchrun
+#                  each rank half of them, DDP over Gloo)
+#         kernels  for gpt2_124m, whose 100 CPU steps would take tens of minutes: a proxy, the reference
+#                  against the same run through other GPU kernels (deterministic algorithms, cuBLASLt for
+#                  every matmul, the math attention backend; memory-efficient attention under bf16)
+#   bf16  compile  the eager reference against torch.compile (other fused kernels, same arithmetic)
+# (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: cpu, compile or kernels.)
+#
+# The bar, step by step: with gap(t) = |dptrain(t) - PyTorch(t)| / |PyTorch(t)| and floor(t) =
+# |floor run(t) - PyTorch(t)| / |PyTorch(t)|, every step s must have
+#   max_{t<=s} gap(t) <= 2 * max_{t<=s} floor(t) + 1e-6.
+# ratio = the largest max_{t<=s} gap / (max_{t<=s} floor + 5e-7) over the steps: PASS when ratio <= 2.
+# The table last gives each combination's floor and gap (largest over the steps), the step of its largest
+# ratio, the ratio and PASS/FAIL; a failing one also gets the first step that misses the bar. Per-step
+# curves go to $OUT/convergence/<combination>.csv and all of them to convergence.csv (for plots). The exit
+# status is 1 when any combination misses the bar or produced no losses; 2-GPU rows are skipped, and said
+# so, when fewer GPUs are visible (nvidia-smi -L). Build first (scripts/gpu-test.sh builds build-gpu/).
+#
+#   scripts/gpu-convergence.sh                          # the default set below, sized for ~8 min on one H100
+#   DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=fp32 DPT_CONV_BATCHES=random scripts/gpu-convergence.sh
+#   DPT_CONV_EXCLUDE= scripts/gpu-convergence.sh        # every combination, gpt2_124m fp32 random included
+#
+# DPT_CONV_WORKLOADS  tiny_gpt mlp_92m gpt2_124m     DPT_CONV_STEPS    100
+# DPT_CONV_PRECISIONS fp32 bf16                      DPT_CONV_GPUS     1 2
+# DPT_CONV_BATCHES    repeat random (one batch for every step, or a fresh one each step)
+# DPT_CONV_EXCLUDE    workload:precision:gpus:batches patterns left out, default gpt2_124m:fp32:*:random
+#                     (three GPT-2 float32 runs of 100 steps: about two minutes on its own)
+# DPT_CONV_DEADLINE_S no combination starts after this many seconds (default: no limit); those left count as
+#                     without a result, so that a run under a time limit still ends with its table
+# `scripts/gpu-convergence.sh --table-only` prints the table again from the files of an earlier run.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"
 out="${OUT:-${DPT_BUILD_DIR:-$root/build-gpu}}/convergence"
-workloads="${DPT_CONV_WORKLOADS:-tiny_gpt gpt2_124m mlp_92m}"
-steps="${DPT_CONV_STEPS:-30}"
-tolerance="${DPT_CONV_TOLERANCE:-0.01}"
-precision=()
-[[ -n "${DPT_CONV_PRECISION:-}" ]] && precision=(--precision "$DPT_CONV_PRECISION")
+manifest="$out/combinations.tsv"
+
+# The table: reads the manifest (one line per combination: tag, workload, precision, GPUs, batches, steps,
+# floor kind, status, note) and each run's JSON lines; writes the CSVs; exit status 1 when a bar is missed
+# or a combination that should have run has no result.
+table() {
+  python3 - "$out" "$manifest" <<'PY'
+import csv, json, math, os, sys
+
+out, manifest = sys.argv[1], sys.argv[2]
+SLACK = 1e-6  # the bar's absolute allowance: relative differences below it are float32 rounding of the loss
+
+
+def json_lines(path):
+    rows = []
+    if os.path.exists(path):
+        for line in open(path):
+            try:
+                rows.append(json.loads(line))
+            except ValueError:
+                pass
+    return rows
+
+
+def rel(a, b):
+    """|a - b| / |b|; a non-finite loss on either side counts as infinitely far."""
+    if not (math.isfinite(a) and math.isfinite(b)):
+        return math.inf
+    return abs(a - b) / abs(b) if b != 0 else (0.0 if a == 0 else math.inf)
+
+
+def curves(tag, steps):
+    """dptrain, reference and floor-run losses, or the reason there are none."""
+    ours = [r for r in json_lines(os.path.join(out, f"{tag}.dptrain.jsonl")) if "losses" in r]
+    torch_rows = json_lines(os.path.join(out, f"{tag}.pytorch.jsonl"))
+    ref = [r for r in torch_rows if r.get("role") == "reference" and "losses" in r]
+    floor = [r for r in torch_rows if str(r.get("role", "")).startswith("floor") and "losses" in r]
+    missing = [name for name, rows in (("dptrain", ours), ("PyTorch", ref), ("floor run", floor)) if not rows]
+    if missing:
+        return None, f"no losses from {', '.join(missing)}"
+    d, p, f = ours[-1]["losses"], ref[-1]["losses"], floor[-1]["losses"]
+    if not len(d) == len(p) == len(f) == steps:
+        return None, f"{len(d)}, {len(p)}, {len(f)} losses (dptrain, PyTorch, floor run) for {steps} steps"
+    return (d, p, f, floor[-1]["system"]), None
+
+
+def fmt(v):
+    return "inf" if math.isinf(v) else f"{v:.2e}"
+
+
+rows = list(csv.reader(open(manifest), delimiter="\t")) if os.path.exists(manifest) else []
+table, failures, notes = [], [], []
+ok = True
+all_csv = open(os.path.join(out, "convergence.csv"), "w", newline="")
+all_writer = csv.writer(all_csv, lineterminator="\n")
+header = ["step", "dptrain_loss", "pytorch_loss", "floor_loss", "gap", "floor", "gap_max", "floor_max", "bar"]
+all_writer.writerow(["combination"] + header)
+all_steps = set()
+for tag, w, p, n, b, steps, floor_kind, status, note in rows:
+    key = [w, p, n, b, floor_kind]
+    steps = int(steps)
+    all_steps.add(steps)
+    if status == "interrupted":  # it should have run
+        ok = False
+        table.append(key + ["-", "-", "-", "-", "NO RESULT"])
+        failures.append(f"{tag}: {note}")
+        continue
+    if status != "run":
+        table.append(key + ["-", "-", "-", "-", status.upper()])
+        notes.append(f"{tag}: {status}: {note}")
+        continue
+    got, why = curves(tag, steps)
+    if got is None:
+        ok = False
+        table.append(key + ["-", "-", "-", "-", "NO RESULT"])
+        failures.append(f"{tag}: {why} (logs: {out}/{tag}.*.log)")
+        continue
+    d, ref, fl, floor_system = got
+    gap_max = floor_max = 0.0
+    worst_ratio, worst_step, first_miss = -1.0, 0, None
+    with open(os.path.join(out, f"{tag}.csv"), "w", newline="") as f:
+        writer = csv.writer(f, lineterminator="\n")
+        writer.writerow(header)
+        for t in range(steps):
+            gap, floor = rel(d[t], ref[t]), rel(fl[t], ref[t])
+            gap_max, floor_max = max(gap_max, gap), max(floor_max, floor)
+            bar = 2 * floor_max + SLACK
+            ratio = gap_max / (floor_max + SLACK / 2)
+            if ratio > worst_ratio:
+                worst_ratio, worst_step = ratio, t
+            if gap_max > bar and first_miss is None:
+                first_miss = (t, gap, floor, gap_max, floor_max, d[t], ref[t], fl[t])
+            row = [t, d[t], ref[t], fl[t], gap, floor, gap_max, floor_max, bar]
+            writer.writerow(row)
+            all_writer.writerow([tag] + row)
+    passed = first_miss is None
+    ok &= passed
+    table.append(key + [fmt(floor_max), fmt(gap_max), str(worst_step),
+                        "inf" if math.isinf(worst_ratio) else f"{worst_ratio:.2f}", "PASS" if passed else "FAIL"])
+    if not passed:
+        t, gap, floor, gm, fm, a, r, c = first_miss
+        failures.append(f"{tag}: first step over the bar {t}: gap {fmt(gap)} (max so far {fmt(gm)}) > 2 x floor "
+                        f"{fmt(fm)} (max so far; this step {fmt(floor)}) + 1e-6; losses dptrain {a:.6f}, "
+                        f"PyTorch {r:.6f}, {floor_system} {c:.6f} (curves: {out}/{tag}.csv)")
+all_csv.close()
+
+steps = "/".join(str(n) for n in sorted(all_steps)) or "no"
+print(f"\n=== dptrain against PyTorch from the same start, {steps} steps: bar max gap <= 2 x max floor + 1e-6 "
+      f"at every step ===")
+for line in notes:
+    print("  " + line)
+if failures:
+    print("failing combinations:")
+    for line in failures:
+        print("  " + line)
+cols = ["workload", "precision", "GPUs", "batches", "floor run", "floor", "gap", "worst step", "ratio", "verdict"]
+widths = [max(len(c), *(len(r[i]) for r in table)) if table else len(c) for i, c in enumerate(cols)]
+print("  ".join(c.ljust(wd) for c, wd in zip(cols, widths)).rstrip())
+for r in table:
+    print("  ".join(v.ljust(wd) for v, wd in zip(r, widths)).rstrip())
+count = {v: sum(1 for r in table if r[-1] == v) for v in ("PASS", "FAIL", "NO RESULT")}
+print(f"=== convergence: {'PASS' if ok else 'FAIL'}: {count['PASS']} within the bar, {count['FAIL']} over it, "
+      f"{count['NO RESULT']} without a result, {len(table) - sum(count.values())} skipped or excluded; floor and gap "
+      f"are the largest relative loss differences over the steps; CSV: {out}/convergence.csv ===")
+sys.exit(0 if ok else 1)
+PY
+}
+
+if [[ "${1:-}" == "--table-only" ]]; then
+  [[ -f "$manifest" ]] || { echo "gpu-convergence: no earlier run in $out ($manifest is missing)" >&2; exit 2; }
+  table
+  exit $?
+elif (($#)); then
+  echo "usage: scripts/gpu-convergence.sh [--table-only]  (settings: DPT_CONV_* variables, see the header)" >&2
+  exit 2
+fi
+
+steps="${DPT_CONV_STEPS:-100}"
+read -r -a workloads <<<"${DPT_CONV_WORKLOADS:-tiny_gpt mlp_92m gpt2_124m}"
+read -r -a precisions <<<"${DPT_CONV_PRECISIONS:-fp32 bf16}"
+read -r -a gpu_counts <<<"${DPT_CONV_GPUS:-1 2}"
+read -r -a batch_modes <<<"${DPT_CONV_BATCHES:-repeat random}"
+read -r -a exclude <<<"${DPT_CONV_EXCLUDE-gpt2_124m:fp32:*:random}"
+deadline="${DPT_CONV_DEADLINE_S:-0}"
+
+usage_error() {
+  echo "gpu-convergence: $1" >&2
+  exit 2
+}
+[[ "$steps" =~ ^[1-9][0-9]*$ ]] || usage_error "DPT_CONV_STEPS must be a positive whole number, not '$steps'"
+[[ "$deadline" =~ ^[0-9]+$ ]] || usage_error "DPT_CONV_DEADLINE_S must be a whole number of seconds, not '$deadline'"
+for w in "${workloads[@]}"; do
+  [[ "$w" =~ ^(tiny_gpt|mlp_92m|gpt2_124m)$ ]] || usage_error "unknown workload '$w' in DPT_CONV_WORKLOADS (tiny_gpt mlp_92m gpt2_124m)"
+done
+for p in "${precisions[@]}"; do
+  [[ "$p" =~ ^(fp32|bf16)$ ]] || usage_error "unknown precision '$p' in DPT_CONV_PRECISIONS (fp32 bf16)"
+done
+for n in "${gpu_counts[@]}"; do
+  [[ "$n" =~ ^[1-9][0-9]*$ ]] || usage_error "GPU count '$n' in DPT_CONV_GPUS is not a positive whole number"
+done
+for b in "${batch_modes[@]}"; do
+  [[ "$b" =~ ^(repeat|random)$ ]] || usage_error "unknown batch mode '$b' in DPT_CONV_BATCHES (repeat random)"
+done
+
+floor_kind() {  # floor_kind WORKLOAD PRECISION: what the floor run changes
+  if [[ "$2" == bf16 ]]; then
+    echo "${DPT_CONV_FLOOR_BF16:-compile}"
+  elif [[ "$1" == gpt2_124m ]]; then
+    echo "${DPT_CONV_FLOOR_FP32_GPT2:-kernels}"
+  else
+    echo "${DPT_CONV_FLOOR_FP32:-cpu}"
+  fi
+}
+for p in "${precisions[@]}"; do
+  for w in "${workloads[@]}"; do
+    f="$(floor_kind "$w" "$p")"
+    [[ "$f" =~ ^(cpu|compile|kernels)$ ]] || usage_error "unknown floor '$f' for $w $p (cpu compile kernels)"
+    [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
+  done
+done
+
+[[ -x "$bin/dpt-bench" && -x "$bin/dpt-run" ]] || usage_error "$bin has no dpt-bench or dpt-run: build first (scripts/gpu-test.sh)"
+python3 -c 'import torch' 2>/dev/null || usage_error "python3 cannot import torch: the PyTorch side cannot run"
+visible="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
+((visible > 0)) || usage_error "no GPU visible to nvidia-smi -L"
 # NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
 source "$root/scripts/gpu-env.sh"
 mkdir -p "$out"
+rm -f "$out"/*.csv "$out"/*.jsonl "$out"/*.log  # an earlier run's curves are not this run's
+: >"$manifest"
+scratch="$(mktemp -d "${TMPDIR:-/tmp}/dpt-convergence.XXXXXX")"  # start files: up to ~1 GB each (MLP)
+trap 'rm -rf "$scratch"' EXIT
+interrupted=0
+trap 'interrupted=1' INT TERM
 
-for w in $workloads; do
-  rm -f "$out/$w.start.safetensors" "$out/$w.dptrain.jsonl" "$out/$w.pytorch.jsonl"
-  timeout 300 "$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup 0 "${precision[@]}" \
-    --save-start "$out/$w.start.safetensors" --losses | tee "$out/$w.dptrain.jsonl" | grep -v '^{'
-  [[ -f "$out/$w.start.safetensors" ]] || { echo "$w: dpt-bench wrote no start file"; continue; }
-  PYTHONUNBUFFERED=1 timeout 600 python3 "$root/bench/pytorch_reference.py" --workload "$w" --steps "$steps" \
-    --warmup 0 "${precision[@]}" --start "$out/$w.start.safetensors" --losses | tee "$out/$w.pytorch.jsonl" |
-    grep -v '^{'
+# JSON lines of a run's output; under dpt-run rank 0's, whose lines start "[0]: ".
+json_of() { sed -nE 's/^(\[0\]: )?(\{.*)$/\2/p' "$1"; }
+
+run_combination() {  # run_combination TAG WORKLOAD PRECISION GPUS BATCHES FLOOR
+  local tag="$1" w="$2" p="$3" n="$4" b="$5" floor="$6"
+  local start="$scratch/$tag.safetensors" t0=$SECONDS
+  rm -f "$out/$tag".*
+  local dpt=("$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup 0 --precision "$p" --batches "$b"
+    --save-start "$start" --losses)
+  local ref=("$root/bench/pytorch_reference.py" --workload "$w" --steps "$steps" --warmup 0 --precision "$p"
+    --batches "$b" --start "$start" --losses --floor "$floor")
+  if ((n > 1)); then dpt=("$bin/dpt-run" --standalone --nproc-per-node "$n" -- "${dpt[@]}"); fi
+  timeout 900 "${dpt[@]}" >"$out/$tag.dptrain.log" 2>&1
+  local dpt_status=$?
+  json_of "$out/$tag.dptrain.log" >"$out/$tag.dptrain.jsonl"
+  local t1=$SECONDS
+  if [[ ! -s "$start" ]]; then
+    echo "$tag: dpt-bench exited with $dpt_status and wrote no start file; the end of $out/$tag.dptrain.log:"
+    tail -n 5 "$out/$tag.dptrain.log" | sed 's/^/  /'
+    return
+  fi
+  local launcher=(python3)
+  if ((n > 1)); then launcher=(torchrun --standalone --nproc-per-node "$n"); fi
+  PYTHONUNBUFFERED=1 timeout 1200 "${launcher[@]}" "${ref[@]}" >"$out/$tag.pytorch.log" 2>&1
+  local ref_status=$?
+  json_of "$out/$tag.pytorch.log" >"$out/$tag.pytorch.jsonl"
+  rm -f "$start"
+  echo "$tag: dptrain $((t1 - t0)) s (exit $dpt_status), PyTorch reference and $floor floor run $((SECONDS - t1)) s (exit $ref_status)"
+  if ((ref_status != 0)); then tail -n 5 "$out/$tag.pytorch.log" | sed 's/^/  /'; fi
+}
+
+combinations=()
+for n in "${gpu_counts[@]}"; do
+  for b in "${batch_modes[@]}"; do
+    for p in "${precisions[@]}"; do
+      for w in "${workloads[@]}"; do combinations+=("$w:$p:$n:$b"); done
+    done
+  done
 done
-
-python3 - "$out" "$tolerance" "${DPT_CONV_PRECISION:-bf16}" $workloads <<'PY'
-import json, math, os, sys
-out, tol, precision, workloads = sys.argv[1], float(sys.argv[2]), sys.argv[3], sys.argv[4:]
-
-def losses(w, system):
-    path = os.path.join(out, f"{w}.{system}.jsonl")
-    if not os.path.exists(path):
-        return None
-    rows = [json.loads(l) for l in open(path) if l.startswith("{")]
-    return rows[-1].get("losses") if rows else None
-
-ok = True
-verdicts = []
-for w in workloads:
-    ours, ref = losses(w, "dptrain"), losses(w, "pytorch")
-    print(f"\n=== {w}: dptrain vs PyTorch loss, same start (weights and batch), {precision} ===")
-    if not ours or not ref or len(ours) != len(ref):
-        print(f"missing or unequal loss lists: dptrain {len(ours or [])}, PyTorch {len(ref or [])} steps")
-        verdicts.append(f"{w}: NO RESULT")
-        ok = False
-        continue
-    print(f"{'step':>5} {'dptrain':>12} {'PyTorch':>12} {'rel diff':>10}")
-    worst, worst_step = 0.0, 0
-    for i, (a, b) in enumerate(zip(ours, ref)):
-        rel = abs(a - b) / abs(b) if b != 0 else (0.0 if a == 0 else math.inf)
-        if math.isnan(rel):
-            rel = math.inf
-        if rel > worst:
-            worst, worst_step = rel, i
-        print(f"{i:>5} {a:>12.6f} {b:>12.6f} {100 * rel:>9.4f}%")
-    print(f"max relative difference {100 * worst:.4f}% (step {worst_step})")
-    passed = worst <= tol
-    ok &= passed
-    verdicts.append(f"{w}: {'PASS' if passed else 'FAIL'} (max {100 * worst:.4f}%)")
-print(f"\n=== verdict: {'PASS' if ok else 'FAIL'}: every step within {100 * tol:g}% of PyTorch ===")
-for v in verdicts:
-    print("  " + v)
-sys.exit(0 if ok else 1)
-PY
+echo "gpu-convergence: ${#combinations[@]} combinations, $steps steps each, $visible GPU(s) visible; files in $out"
+began=$SECONDS
+for c in "${combinations[@]}"; do
+  IFS=: read -r w p n b <<<"$c"
+  tag="${w}_${p}_${n}gpu_${b}"
+  floor="$(floor_kind "$w" "$p")"
+  status=run note=""
+  for pattern in "${exclude[@]}"; do
+    # shellcheck disable=SC2053  # the pattern is a glob on purpose
+    if [[ "$c" == $pattern ]]; then status=excluded note="DPT_CONV_EXCLUDE has '$pattern'"; fi
+  done
+  if [[ "$status" != run ]]; then
+    :
+  elif ((n > visible)); then
+    status=skipped note="needs $n GPUs, $visible visible (nvidia-smi -L)"
+  elif ((interrupted)); then
+    status=interrupted note="the run was stopped before this combination"
+  elif ((deadline > 0 && SECONDS - began >= deadline)); then
+    status=interrupted note="not started: $((SECONDS - began)) s had passed (DPT_CONV_DEADLINE_S=$deadline)"
+  fi
+  if [[ "$status" == run ]]; then
+    run_combination "$tag" "$w" "$p" "$n" "$b" "$floor"
+  else
+    echo "$tag: $status: $note"
+  fi
+  printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tag" "$w" "$p" "$n" "$b" "$steps" "$floor" "$status" "$note" \
+    >>"$manifest"
+done
+echo "gpu-convergence: $((SECONDS - began)) s in all"
+table

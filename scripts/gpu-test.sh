@@ -4,6 +4,13 @@
 #   scripts/gpu-test.sh                # every test
 #   scripts/gpu-test.sh -R 'Cuda'      # extra arguments go to ctest
 #   DPT_GPU_TEST_TARGETS="dpt_core_tests" scripts/gpu-test.sh -R Cuda   # build only these targets
+#   DPT_GPU_TEST_CONVERGENCE=0 scripts/gpu-test.sh   # without the convergence check against PyTorch
+#
+# After the tests, scripts/gpu-convergence.sh trains every benchmark workload in dptrain and in PyTorch
+# from the same start and fails the run when dptrain's loss curve leaves PyTorch's by more than twice
+# PyTorch's distance from itself (about 8 minutes on one GPU; its table is printed in the summary). It
+# runs unless DPT_GPU_TEST_CONVERGENCE=0, or DPT_GPU_TEST_TARGETS builds a subset (then
+# DPT_GPU_TEST_CONVERGENCE=1 runs it all the same).
 #
 # A build error does not stop the run: everything that still builds is built and tested, and the
 # summary says the build was incomplete.
@@ -101,6 +108,31 @@ if [[ -z "$total_line" ]]; then
   summary "result:  CTEST DID NOT FINISH (status $ctest_status, log: $logs/ctest.log)"
   exit 1
 fi
+# dptrain's loss curves against PyTorch's (scripts/gpu-convergence.sh): a missed bar fails the run.
+convergence_mode="${DPT_GPU_TEST_CONVERGENCE:-}"
+if [[ -z "$convergence_mode" ]]; then
+  convergence_mode=1
+  if ((${#targets[@]})); then convergence_mode=0; fi
+fi
+if [[ "$convergence_mode" == 0 ]]; then
+  why="DPT_GPU_TEST_CONVERGENCE=0"
+  [[ -z "${DPT_GPU_TEST_CONVERGENCE:-}" ]] && why="DPT_GPU_TEST_TARGETS builds a subset; DPT_GPU_TEST_CONVERGENCE=1 runs it"
+  convergence="convergence: skipped ($why)"
+else
+  echo "gpu-test: dptrain against PyTorch, scripts/gpu-convergence.sh (log: $logs/convergence.log)"
+  OUT="$logs" DPT_BUILD_DIR="$build" "$root/scripts/gpu-convergence.sh" >"$logs/convergence.log" 2>&1
+  convergence_status=$?
+  table="$(sed -n '/^=== dptrain against PyTorch/,$p' "$logs/convergence.log")"
+  if ((convergence_status == 0)); then
+    convergence="convergence: PASS (log: $logs/convergence.log)"
+  else
+    convergence="convergence: FAIL, status $convergence_status (log: $logs/convergence.log)"
+    [[ -n "$table" ]] || table="$(tail -n 15 "$logs/convergence.log")"
+    ((ctest_status == 0)) && ctest_status=1
+  fi
+  [[ -n "$table" ]] && convergence+=$'\n'"$(sed 's/^/  /' <<<"$table")"
+fi
+
 passed=$((total - failed - skipped))
 result="tests:   $passed passed, $failed failed, $skipped skipped (of $total; log: $logs/ctest.log)"
 if [[ -n "$failures" ]]; then
@@ -110,5 +142,6 @@ if [[ -n "$build_note" ]]; then
   result="$build_note"$'\n'"$result"
   ((ctest_status == 0)) && ctest_status=1
 fi
+result+=$'\n'"$convergence"
 summary "$result"
 exit "$ctest_status"

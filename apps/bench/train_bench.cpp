@@ -85,6 +85,7 @@ struct Args {
   bool cuda_graph = false;  // capture one step after warm-up and replay it (one launch per step)
   bool held = false;       // also time steps on a held stream: the GPU time without launch gaps
   bool losses = false;     // print every step's loss, warm-up included, as "losses" in the JSON line
+  std::string batches = "repeat";  // repeat: one batch for every step; random: a fresh batch each step
 };
 
 Args parse(int argc, char** argv) {
@@ -112,12 +113,13 @@ Args parse(int argc, char** argv) {
     else if (k == "--copy-engines") a.copy_engines = true;
     else if (k == "--save-start") a.save_start = value();
     else if (k == "--losses") a.losses = true;
+    else if (k == "--batches") a.batches = value();
     else if (k == "--held") a.held = true;
     else if (k == "--cuda-graph") a.cuda_graph = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
                   "--unfused-master, --zero, --gathered-grads, --grad-exchange, --copy-engines, --save-start, "
-                  "--losses, --held, --cuda-graph)", k);
+                  "--losses, --batches, --held, --cuda-graph)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
   DPT_CHECK(!a.copy_engines || (a.zero && !a.gathered_grads),
@@ -129,6 +131,10 @@ Args parse(int argc, char** argv) {
             "float32 gradients: not with fp16 (loss scaling) or --unfused-master");
   DPT_CHECK(!a.cuda_graph || a.precision != "fp16", "dpt-bench train: --cuda-graph cannot hold fp16's loss "
             "scaling (it reads the overflow flag on the host every step)");
+  DPT_CHECK(a.batches == "repeat" || a.batches == "random", "dpt-bench train: --batches is repeat or random, not '{}'",
+            a.batches);
+  DPT_CHECK(!a.cuda_graph || a.batches == "repeat",
+            "dpt-bench train: --cuda-graph replays the batch it captured: not with --batches random");
   DPT_CHECK(!a.cuda_graph || a.warmup >= 1, "dpt-bench train: --cuda-graph needs --warmup 1 or more: the first "
             "step creates library handles and buffers, which a capture cannot");
   DPT_CHECK(!a.zero || a.comm_dtype.empty(), "dpt-bench train: --zero communicates in the gradients' dtype "
@@ -150,6 +156,31 @@ std::string json_number(double v) {
   char buf[32];
   std::snprintf(buf, sizeof buf, "%.9g", v);
   return buf;
+}
+
+struct Batch {
+  Tensor x, y;
+};
+
+// `count` batches of one rank, drawn in turn from that rank's generator (seed 1 + rank). The draws depend
+// on the seed and their order alone, not on the device (core/factory.h: counter-based), so rank 0 can
+// draw every other rank's batches for --save-start and get what those ranks train on.
+std::vector<Batch> draw_batches(const Workload& w, int rank, int count, DType compute, const TensorOptions& on_device) {
+  Generator gen(1 + static_cast<uint64_t>(rank));
+  std::vector<Batch> batches;
+  for (int i = 0; i < count; ++i) {
+    Batch b;
+    if (w.gpt) {
+      const Shape shape{w.batch, w.gpt_config.block_size};
+      b.x = randint(shape, 0, w.gpt_config.vocab_size, gen, on_device.with_dtype(DType::Int32));
+      b.y = randint(shape, 0, w.gpt_config.vocab_size, gen, on_device.with_dtype(DType::Int64));
+    } else {
+      b.x = randn({w.batch, w.mlp_sizes.front()}, gen, on_device.with_dtype(compute));
+      b.y = randint({w.batch}, 0, w.mlp_sizes.back(), gen, on_device.with_dtype(DType::Int64));
+    }
+    batches.push_back(std::move(b));
+  }
+  return batches;
 }
 
 }  // namespace
@@ -179,31 +210,31 @@ int run_train_bench(int argc, char** argv) {
                   : args.precision == "fp16" ? DType::Float16
                                              : DType::Float32;
 
-  // 2. One fixed random batch on the device (what the PyTorch reference does too).
-  Generator data_gen(1 + static_cast<uint64_t>(env.rank));
+  // 2. Random batches on the device, each rank its own: one for every step (--batches repeat, what the
+  // PyTorch reference does by default), or a fresh one for each step, warm-up included (random).
   TensorOptions on_device = TensorOptions{}.with_device(device);
-  Tensor x, y;
-  double units_per_step;
-  if (w.gpt) {
-    int64_t t = w.gpt_config.block_size;
-    x = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int32));
-    y = randint({w.batch, t}, 0, w.gpt_config.vocab_size, data_gen, on_device.with_dtype(DType::Int64));
-    units_per_step = static_cast<double>(w.batch * t);
-  } else {
-    x = randn({w.batch, w.mlp_sizes.front()}, data_gen, on_device.with_dtype(compute));
-    y = randint({w.batch}, 0, w.mlp_sizes.back(), data_gen, on_device.with_dtype(DType::Int64));
-    units_per_step = static_cast<double>(w.batch);
-  }
+  const int n_batches = args.batches == "random" ? args.warmup + args.steps : 1;
+  const std::vector<Batch> batches = draw_batches(w, env.rank, n_batches, compute, on_device);
+  const double units_per_step = static_cast<double>(w.gpt ? w.batch * w.gpt_config.block_size : w.batch);
 
   // 3. --save-start: the starting point, before mixed precision or any step changes it, for
-  // bench/pytorch_reference.py --start: every parameter in float32 under its dptrain name, and the batch
-  // as "__x" (token ids in int64, or MLP inputs in float32: exact for bf16 ones) and "__y" (int64).
+  // bench/pytorch_reference.py --start: every parameter in float32 under its dptrain name, and every
+  // rank's batches as "__x.RANK.I" (token ids in int64, or MLP inputs in float32: exact for bf16 ones) and
+  // "__y.RANK.I" (int64), I counting steps from the first warm-up step; the metadata says how many.
   if (!args.save_start.empty() && env.rank == 0) {
     NamedTensors start;
     for (const auto& [name, p] : model->named_parameters()) start.emplace_back(name, host_copy(p, DType::Float32));
-    start.emplace_back("__x", host_copy(x, w.gpt ? DType::Int64 : DType::Float32));
-    start.emplace_back("__y", host_copy(y, DType::Int64));
-    save_safetensors(args.save_start, start, {{"workload", w.name}});
+    for (int r = 0; r < env.world_size; ++r) {
+      const std::vector<Batch> drawn = r == env.rank ? batches : draw_batches(w, r, n_batches, compute, on_device);
+      for (int i = 0; i < n_batches; ++i) {
+        start.emplace_back(fmt::format("__x.{}.{}", r, i),
+                           host_copy(drawn[i].x, w.gpt ? DType::Int64 : DType::Float32));
+        start.emplace_back(fmt::format("__y.{}.{}", r, i), host_copy(drawn[i].y, DType::Int64));
+      }
+    }
+    save_safetensors(
+        args.save_start, start,
+        {{"workload", w.name}, {"ranks", std::to_string(env.world_size)}, {"batches", std::to_string(n_batches)}});
   }
 
   // 4. bf16/fp16 compute copies with float32 masters, the optimizer, DDP.
@@ -258,7 +289,11 @@ int run_train_bench(int argc, char** argv) {
             "master updates or fp32 (not --unfused-master)");
   if (args.cuda_graph) opt.count_steps_on_device();  // replays advance the step on the device
 
+  size_t next_batch = 0;  // steps past the drawn batches (the timing step, --held) start again from the first
   auto step = [&]() {
+    const Batch& batch = batches[next_batch++ % batches.size()];
+    const Tensor& x = batch.x;
+    const Tensor& y = batch.y;
     // The optimizer inside backward reads the gradients backward writes: bf16 twins or float32 ones.
     if (twins || (optimizer_in_backward && !mp.enabled())) {
       model->zero_grad();

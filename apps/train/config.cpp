@@ -74,7 +74,10 @@ std::vector<Field> build_schema() {
   DPT_KEY(Int, "model.gpt.n_head", model.gpt.n_head, .min = 1, .max = 1024, .help = "attention heads");
   DPT_KEY(Int, "model.gpt.n_embd", model.gpt.n_embd, .min = 1, .max = 1 << 16,
           .help = "model width (divisible by n_head)");
-  DPT_KEY(Float, "model.gpt.dropout", model.gpt.dropout, .min = 0, .max = 1, .help = "dropout probability");
+  DPT_KEY(Float, "model.gpt.dropout", model.gpt.dropout, .min = 0, .max = 1,
+          .help = "dropout probability (embeddings, attention weights, both residual branches)");
+  DPT_KEY(Bool, "model.gpt.bias", model.gpt.bias,
+          .help = "biases in the Linears and LayerNorms; false as in nanoGPT's recipes");
   DPT_KEY(IntList, "model.cnn.channels", model.cnn.channels, .min = 1,
           .help = "output channels of each conv + ReLU + 2x2 max-pool stage");
   DPT_KEY(Int, "model.cnn.kernel_size", model.cnn.kernel_size, .min = 1, .max = 15, .help = "conv kernel (odd)");
@@ -94,7 +97,8 @@ std::vector<Field> build_schema() {
           .help = "tail of the data held out for evaluation when there is no val_path");
   DPT_KEY(Int, "data.seq_len", data.seq_len, .min = 1, .max = 1 << 20, .help = "gpt: tokens per example");
   DPT_KEY(Choice, "data.window", data.window, .choices = {"random", "sequential"},
-          .help = "gpt: where examples start in the token stream");
+          .help = "gpt: where examples start: random draws a fresh uniform start for every example of every "
+                  "epoch, sequential tiles the stream");
   DPT_KEY(Int, "data.num_samples", data.num_samples, .min = 1, .max = 1LL << 32, .help = "synthetic: examples");
   DPT_KEY(Int, "data.num_features", data.num_features, .min = 1, .max = 1 << 24, .help = "synthetic: input width");
   DPT_KEY(Int, "data.num_classes", data.num_classes, .min = 2, .max = 1 << 24, .help = "synthetic: classes");
@@ -124,9 +128,9 @@ std::vector<Field> build_schema() {
   DPT_KEY(Float, "training.grad_clip", training.grad_clip, .min = 0, .help = "max gradient norm; 0: off");
   DPT_KEY(Int, "training.max_bad_steps", training.max_bad_steps, .min = 0,
           .help = "non-finite steps skipped before stopping");
-  DPT_KEY(Bool, "training.cuda_graph", training.cuda_graph,
-          .help = "replay forward and backward (with DDP's AllReduces) from a CUDA graph after two eager steps; "
-                  "GPU, grad_accum 1, bf16 or fp32, no dropout");
+  DPT_KEY(Choice, "training.cuda_graph", training.cuda_graph, .choices = {"auto", "true", "false"},
+          .help = "replay forward and backward (with DDP's AllReduces) from a CUDA graph after two eager steps: "
+                  "true needs a GPU, grad_accum 1, bf16 or fp32; auto does it whenever one process on a GPU allows it");
 
   DPT_KEY(Choice, "optim.kind", optim.kind, .choices = {"adamw", "adam", "sgd"}, .help = "optimizer");
   DPT_KEY(Float, "optim.lr", optim.lr, .min = 0, .min_exclusive = true, .max = 100, .help = "peak learning rate");
@@ -193,7 +197,9 @@ std::vector<Field> build_schema() {
                   "train/lr, train/grad_norm, train/throughput, val/loss, val/perplexity");
 
   DPT_KEY(Int, "eval.every", eval.every, .min = 0, .help = "steps between evaluations; 0: at the end only");
-  DPT_KEY(Int, "eval.batches", eval.batches, .min = 1, .help = "validation batches per evaluation");
+  DPT_KEY(Int, "eval.batches", eval.batches, .min = 1,
+          .help = "validation batches per evaluation; the loss is their mean (gpt with random windows: that many "
+                  "random windows of the held-out data, the same ones each time)");
   DPT_KEY(Int, "eval.sample_tokens", eval.sample_tokens, .min = 0, .help = "gpt: tokens of text sampled at the end");
 #undef DPT_KEY
   return s;
@@ -774,11 +780,6 @@ class Loader {
     if (c.training.precision == "fp16") {
       report("training.cuda_graph", "cannot hold fp16's loss scale (it changes between steps): use bf16 or fp32");
     }
-    if (c.model.kind == "gpt" && c.model.gpt.dropout > 0) {
-      report("training.cuda_graph",
-             fmt::format("would replay one dropout mask every step: needs model.gpt.dropout 0, got {}",
-                         c.model.gpt.dropout));
-    }
     if (c.distributed.grad_exchange == "copy_engine") {
       report("training.cuda_graph", "cannot capture DDP's copy-engine exchange: use distributed.grad_exchange nccl");
     }
@@ -847,7 +848,7 @@ class Loader {
     } else if (cuda && options_.check_device && !cuda::is_available()) {
       report("training.device", fmt::format("'{}' requested but no CUDA device is available (use auto or cpu)", dev));
     }
-    if (c.training.cuda_graph) check_cuda_graph(c);
+    if (c.training.cuda_graph == "true") check_cuda_graph(c);
     if (c.distributed.zero) check_zero(c);
     if (c.distributed.gathered_grads) check_gathered(c);
     if (c.distributed.copy_engines && !c.distributed.zero) {

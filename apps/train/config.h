@@ -32,6 +32,7 @@ struct GptConfig {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0.0;
+  bool bias = true;  // biases in the Linears and LayerNorms
 };
 
 struct CnnConfig {
@@ -84,7 +85,9 @@ struct TrainingConfig {
   std::string device = "auto";  // auto | cpu | cuda | cuda:N (auto: the local rank's GPU when there is one)
   double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping
   int64_t max_bad_steps = 10;   // non-finite loss/grad-norm steps skipped before the run stops
-  bool cuda_graph = false;      // forward + backward replayed from a CUDA graph (apps/train/step_graph.h)
+  // forward + backward replayed from a CUDA graph (apps/train/step_graph.h): true, false, or auto (whenever
+  // the run allows it: one process on a GPU, grad_accum 1, bf16 or fp32)
+  std::string cuda_graph = "auto";
 };
 
 struct OptimConfig {

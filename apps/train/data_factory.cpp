@@ -49,6 +49,10 @@ void split_generated(const std::shared_ptr<data::TensorDataset>& all, int64_t n,
   out.val = rows(*all, n, n + v, name + " (validation)");
 }
 
+// Validation windows use the training window mode (nanoGPT evaluates on random windows of the held-out
+// tail) from a seed of their own, so they are not the training draws shifted into the tail.
+uint64_t validation_seed(uint64_t seed) { return seed ^ 0x9e3779b97f4a7c15ull; }
+
 void make_token_data(const Config& c, DataBundle& out) {
   const DataConfig& d = c.data;
   const data::WindowMode mode = data::parse_window_mode(d.window);
@@ -62,7 +66,7 @@ void make_token_data(const Config& c, DataBundle& out) {
     out.shape.vocab_size = train->vocab().size();
     out.vocab = train->vocab();
     if (d.val_fraction > 0) {
-      out.val = std::make_shared<data::CharTextDataset>(d.path, d.seq_len, data::WindowMode::Sequential, seed,
+      out.val = std::make_shared<data::CharTextDataset>(d.path, d.seq_len, mode, validation_seed(seed),
                                                         data::Range{split, 1.0});
     }
     out.train = train;
@@ -78,9 +82,9 @@ void make_token_data(const Config& c, DataBundle& out) {
   int64_t max_token = train->max_token();
   std::shared_ptr<data::TokenFileDataset> val;
   if (separate_val) {
-    val = std::make_shared<data::TokenFileDataset>(d.val_path, d.seq_len, data::WindowMode::Sequential, seed);
+    val = std::make_shared<data::TokenFileDataset>(d.val_path, d.seq_len, mode, validation_seed(seed));
   } else if (d.val_fraction > 0) {
-    val = std::make_shared<data::TokenFileDataset>(d.path, d.seq_len, data::WindowMode::Sequential, seed,
+    val = std::make_shared<data::TokenFileDataset>(d.path, d.seq_len, mode, validation_seed(seed),
                                                    data::Range{split, 1.0});
   }
   if (val) max_token = std::max(max_token, val->max_token());

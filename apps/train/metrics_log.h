@@ -5,7 +5,8 @@
 //
 // JSONL records: {"type": "train", "step", "loss", "lr", "grad_norm", "step_ms", "throughput",
 // "throughput_per_gpu", "unit", "mfu", "elapsed_s", "skipped"} (plus "loss_scale" under fp16) and
-// {"type": "eval", "step", "val_loss"} (plus "val_perplexity", exp(val_loss), for language models).
+// {"type": "eval", "step", "val_loss", "best_val_loss", "best_step"} (the best so far, this one included;
+// plus "val_perplexity", exp(val_loss), for language models).
 // Numbers are written in their shortest exact form, so two runs can be compared digit for digit;
 // non-finite values are written as null (JSON has no NaN).
 //
@@ -40,7 +41,9 @@ struct TrainRecord {
 struct EvalRecord {
   int64_t step = 0;
   double val_loss = 0;
-  double perplexity = -1;  // exp(val_loss) for language models; < 0: not reported
+  double best_val_loss = 0;  // the lowest validation loss so far, this one included
+  int64_t best_step = 0;     // ... and its step
+  double perplexity = -1;    // exp(val_loss) for language models; < 0: not reported
 };
 
 class MetricsSink {
@@ -77,7 +80,7 @@ class MetricsLog {
   MetricsLog(const LoggingConfig& logging, int64_t keep_through_step, bool language_model);
 
   void train(const TrainRecord& r);
-  void eval(int64_t step, double val_loss);
+  void eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step);
 
  private:
   std::vector<std::unique_ptr<MetricsSink>> sinks_;

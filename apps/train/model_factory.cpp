@@ -63,12 +63,15 @@ Model::Model(const Config& config, const DataShape& shape, Generator& gen) : kin
     gc.n_head = g.n_head;
     gc.n_embd = g.n_embd;
     gc.dropout = g.dropout;
+    gc.bias = g.bias;
     seq_len_ = shape.seq_len;
     module_ = std::make_shared<nn::GPT>(gc, gen);
     flops_per_unit_ =
         nn::gpt_flops_per_token(module_->num_parameters(), gc.n_layer, gc.n_embd, shape.seq_len, gc.block_size);
-    description_ = fmt::format("gpt: {} layers, {} heads, width {}, vocab {}, context {} ({})", gc.n_layer, gc.n_head,
-                               gc.n_embd, gc.vocab_size, gc.block_size, millions(module_->num_parameters()));
+    description_ = fmt::format("gpt: {} layers, {} heads, width {}, vocab {}, context {}{}{} ({})", gc.n_layer,
+                               gc.n_head, gc.n_embd, gc.vocab_size, gc.block_size, gc.bias ? "" : ", no biases",
+                               gc.dropout > 0 ? fmt::format(", dropout {:g}", gc.dropout) : "",
+                               millions(module_->num_parameters()));
   } else if (kind_ == "mlp") {
     std::vector<int64_t> sizes{shape.num_features};
     sizes.insert(sizes.end(), config.model.mlp.hidden.begin(), config.model.mlp.hidden.end());

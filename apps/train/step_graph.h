@@ -11,13 +11,16 @@
 //   - fixed host decisions: the capture sees gradients pending zero (zero_grad), so its backward
 //     overwrites them, as every replay then does; zero_grad must not be called between replays (a
 //     gradient read would then zero what the replay wrote);
-//   - nothing random on the host: dropout's seeds would be frozen into the graph (refused by the config).
+//   - nothing random fixed on the host: dropout draws relative to a device counter that the graph itself
+//     moves on at the end of every replay (Generator::begin_capture), and the host generator skips the
+//     same count after each replay, so its offset (what checkpoints save) matches an eager run's.
 // The capture happens on a step after eager ones (library handles, the gradients, DDP's rebuilt
 // buckets are all created by eager steps: a capture cannot create them).
 #include <functional>
 #include <memory>
 
 #include "core/cuda_runtime.h"
+#include "core/factory.h"
 #include "core/tensor.h"
 #include "data/dataset.h"
 
@@ -26,7 +29,8 @@ namespace dpt::train {
 class StepGraph {
  public:
   // `forward_backward(batch)` zeroes the gradients, runs the loss and its backward, and returns the loss.
-  explicit StepGraph(std::function<Tensor(const data::Batch&)> forward_backward);
+  // `gen` is the generator the model's dropout draws from.
+  StepGraph(std::function<Tensor(const data::Batch&)> forward_backward, Generator& gen);
 
   // The first call captures (the batch copied into the graph's inputs first); every call, the first
   // included, then replays it on `batch`. The loss returned is rewritten by the next replay.
@@ -34,6 +38,9 @@ class StepGraph {
 
  private:
   std::function<Tensor(const data::Batch&)> forward_backward_;
+  Generator* gen_;
+  Tensor rng_counter_;           // int64 [1] on the GPU: the offset the next replay's draws start from
+  uint64_t drawn_per_replay_ = 0;
   data::Batch inputs_;  // the graph's inputs: each step's batch is copied here
   Tensor loss_;         // the graph's output
   std::unique_ptr<cuda::CudaGraph> graph_;

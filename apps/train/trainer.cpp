@@ -137,6 +137,19 @@ double Trainer::evaluate() {
   return sum_over_ranks({local})[0] / env_.world_size;
 }
 
+void Trainer::record_eval(int64_t step, double val) {
+  if (!std::isfinite(val)) return;
+  if (val < best_val_loss_) {
+    best_val_loss_ = val;
+    best_val_step_ = step;
+  }
+  if (!is_main()) return;
+  metrics_->eval(step, val, best_val_loss_, best_val_step_);
+  progress_->clear();
+  if (step < total_steps_) spdlog::info("step {}: validation loss {:.4f} (best {:.4f} at step {})", step, val,
+                                        best_val_loss_, best_val_step_);
+}
+
 std::string Trainer::save(int64_t step) {
   std::string path;
   // Sharded, every rank takes part in assembling the whole masters and optimizer state.
@@ -161,6 +174,8 @@ std::string Trainer::save(int64_t step) {
                 {"train.loader_epoch", std::to_string(pos.epoch)},
                 {"train.loader_batch", std::to_string(pos.batch)},
                 {"train.bad_steps", std::to_string(bad_steps_)},
+                {"train.best_val_loss", fmt::format("{}", best_val_loss_)},
+                {"train.best_val_step", std::to_string(best_val_step_)},
                 {"train.total_steps", std::to_string(total_steps_)},
                 {"train.batch_size", std::to_string(config_.training.batch_size)},
                 {"train.grad_accum", std::to_string(config_.training.grad_accum)},
@@ -259,6 +274,7 @@ int Trainer::run() {
                sharding);
   spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
                config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");
+  spdlog::info("steps   {}", graph_choice_);
   if (start_step_ > 0) spdlog::info("resuming from {} at step {}", resume_path_, start_step_);
   if (start_step_ >= total_steps_) {
     spdlog::info(
@@ -300,23 +316,17 @@ int Trainer::run() {
       }
       return 128 + r.stop_signal;
     }
-    if (step < total_steps_ && every(step, config_.eval.every)) {
-      const double val = evaluate();
-      if (is_main() && std::isfinite(val)) {
-        metrics_->eval(step, val);
-        progress_->clear();
-        spdlog::info("step {}: validation loss {:.4f}", step, val);
-      }
-    }
+    if (step < total_steps_ && every(step, config_.eval.every)) record_eval(step, evaluate());
     if (checkpoints && step < total_steps_ && every(step, config_.checkpoint.every)) save(step);
   }
   if (progress_) progress_->finish();
 
   // The end: evaluation, the final checkpoint, a text sample for language models.
   const double val = evaluate();
+  record_eval(total_steps_, val);
   if (is_main() && std::isfinite(val)) {
-    metrics_->eval(total_steps_, val);
-    spdlog::info("validation loss {:.4f} after {} steps", val, total_steps_);
+    spdlog::info("validation loss {:.4f} after {} steps; best {:.4f} at step {}", val, total_steps_, best_val_loss_,
+                 best_val_step_);
   }
   if (checkpoints) save(total_steps_);
   print_sample();

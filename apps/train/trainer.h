@@ -4,6 +4,7 @@
 // joins the process group when WORLD_SIZE > 1, builds data, model, mixed precision, optimizer, LR
 // schedule and DDP, and resumes from a checkpoint; run() is the numbered training loop.
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <string>
@@ -43,6 +44,9 @@ class Trainer {
   void resume_or_start();  // picks the checkpoint, loads weights (fp32, before mixed precision)
   void setup_optimizer();  // mixed precision, optimizer (+ its checkpointed state), schedule, DDP
   void open_run_dir();     // resolved config and metrics; only once nothing can fail any more
+  // How steps run, and why: "replayed from a CUDA graph ..." or "eager (...)".
+  std::string choose_cuda_graph() const;
+  std::string graph_choice_;
 
   // --- the loop's pieces (trainer.cpp) ---
   struct StepResult {
@@ -98,6 +102,10 @@ class Trainer {
 
   int64_t start_step_ = 0;
   int64_t bad_steps_ = 0;
+  // The lowest validation loss so far and the step it was measured at (kept across resumes).
+  double best_val_loss_ = std::numeric_limits<double>::infinity();
+  int64_t best_val_step_ = -1;
+  void record_eval(int64_t step, double val);
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<ProgressBar> progress_;
   double train_seconds_ = 0;  // time spent in steps since start (for ETA)

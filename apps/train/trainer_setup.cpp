@@ -4,6 +4,7 @@
 #include <spdlog/spdlog.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <filesystem>
 #include <string>
 
@@ -56,7 +57,7 @@ void Trainer::setup_device() {
     device_name_ = cuda::device_name(device_.index);
     peak_tflops_ = nn::peak_bf16_tflops(device_name_.c_str());
   }
-  DPT_CHECK(!config_.training.cuda_graph || device_.is_cuda(),
+  DPT_CHECK(config_.training.cuda_graph != "true" || device_.is_cuda(),
             "training.cuda_graph: needs a GPU, and this run trains on {} (training.device {})", device_.str(), dev);
   const std::string& precision = config_.training.precision;
   const bool bf16 = precision == "bf16" || (precision == "auto" && device_.is_cuda());
@@ -101,7 +102,11 @@ void Trainer::setup_data() {
     vl.batch_size = std::min<int64_t>(config_.training.batch_size, vsampler->size());
     vl.prefetch = 0;  // evaluation restarts from its first batch each time
     val_loader_ = std::make_unique<data::Loader>(data_.val, vsampler, vl);
-    eval_batches_ = std::min(config_.eval.batches, val_loader_->batches_per_epoch());
+    // Random windows are drawn afresh each (validation) epoch, so eval.batches may span several; a
+    // sequential pass has nothing new to show after its first.
+    eval_batches_ = config_.data.window == "random" && config_.model.kind == "gpt"
+                        ? config_.eval.batches
+                        : std::min(config_.eval.batches, val_loader_->batches_per_epoch());
   }
 }
 
@@ -189,6 +194,21 @@ std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, std::vect
 
 }  // namespace
 
+std::string Trainer::choose_cuda_graph() const {
+  const std::string& setting = config_.training.cuda_graph;
+  if (setting == "true") return "replayed from a CUDA graph (training.cuda_graph true)";
+  if (setting == "false") return "eager (training.cuda_graph false)";
+  // auto: what a replay can hold, on one process (several processes keep the exchange the user chose eager).
+  const char* why_not = !device_.is_cuda()                   ? "not on a GPU"
+                        : env_.world_size > 1                 ? "several processes"
+                        : config_.training.grad_accum > 1     ? "grad_accum > 1"
+                        : compute_ == DType::Float16          ? "fp16's loss scale changes between steps"
+                        : sharded_ != nullptr                 ? "a sharded optimizer"
+                                                              : nullptr;
+  if (why_not != nullptr) return fmt::format("eager (training.cuda_graph auto: {})", why_not);
+  return "replayed from a CUDA graph after two eager steps (training.cuda_graph auto)";
+}
+
 void Trainer::setup_optimizer() {
   mixed_ = std::make_unique<optim::MixedPrecision>(model_->module()->named_parameters(), compute_);
   const OptimConfig& o = config_.optim;
@@ -200,10 +220,15 @@ void Trainer::setup_optimizer() {
   if (!sharded) optimizer_ = make_optimizer(o, groups);
   if (resume_from_) {
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
+    const auto& extra = resume_from_->state.extra;
     bad_steps_ = extra_int(*resume_from_, "train.bad_steps");
+    // Checkpoints of older runs carry no best validation loss: it starts afresh.
+    if (extra.count("train.best_val_step") && extra_int(*resume_from_, "train.best_val_step") >= 0) {
+      best_val_step_ = extra_int(*resume_from_, "train.best_val_step");
+      best_val_loss_ = std::strtod(extra.at("train.best_val_loss").c_str(), nullptr);
+    }
     // The fp16 loss scale continues where it was (a checkpoint of another precision has none: the
     // scale starts afresh).
-    const auto& extra = resume_from_->state.extra;
     if (optim::LossScaler* scaler = mixed_->loss_scaler(); scaler && extra.count("train.loss_scale")) {
       double scale = 0;
       try {
@@ -273,18 +298,21 @@ void Trainer::setup_optimizer() {
     }
     resume_from_.reset();  // the tensors are copied; free the host memory
   }
-  if (config_.training.cuda_graph) {
+  graph_choice_ = choose_cuda_graph();
+  if (graph_choice_.rfind("replayed", 0) == 0) {
     DPT_CHECK(!ddp_ || ddp_->graph_capturable(),
               "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
               "(distributed.grad_exchange)",
               ddp_ ? ddp_->exchange_name() : "");
     // What the graph holds: zeroed gradients, the loss, its backward (apps/train/step_graph.h).
-    step_graph_ = std::make_unique<StepGraph>([this](const data::Batch& batch) {
-      model_->module()->zero_grad();
-      Tensor loss = model_->loss(batch, compute_);
-      mixed_->scale_loss(loss).backward();
-      return loss;
-    });
+    step_graph_ = std::make_unique<StepGraph>(
+        [this](const data::Batch& batch) {
+          model_->module()->zero_grad();
+          Tensor loss = model_->loss(batch, compute_);
+          mixed_->scale_loss(loss).backward();
+          return loss;
+        },
+        gen_);
   }
 }
 

@@ -41,7 +41,8 @@ void packed_column_sums(const Tensor& grad, int64_t width, int64_t rows, const T
 
 void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const AttentionLayouts& at, int64_t bh, int64_t t, int64_t d,
-                                     double scale) {
+                                     double scale, const AttentionDropout& dropout) {
+  DPT_CHECK(dropout.p == 0, "causal_attention (CPU): no fused dropout; the composed path applies it");
   visit_floating(q.dtype(), "causal_attention", [&](auto tag) {
     using T = decltype(tag);
     visit_floating(lse.dtype(), "causal_attention logsumexp", [&](auto ltag) {
@@ -78,7 +79,9 @@ void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Ten
 void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,
                                       const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& at,
-                                      int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums) {
+                                      int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums,
+                                      const AttentionDropout& dropout) {
+  DPT_CHECK(dropout.p == 0, "causal_attention backward (CPU): no fused dropout; the composed path applies it");
   visit_floating(q.dtype(), "causal_attention backward", [&](auto tag) {
     using T = decltype(tag);
     visit_floating(lse.dtype(), "causal_attention backward logsumexp", [&](auto ltag) {

@@ -56,19 +56,57 @@ __global__ void make_keys_kernel(const I* __restrict__ indices, int64_t count, i
   }
 }
 
+// One block per run of equal keys in the sorted order (a vocabulary row and every position that looks it
+// up). A small vocabulary has long runs (a character model's 65 rows share 16k positions), so the block
+// spreads a run over kRunLanes lanes: lane y adds positions y, y + kRunLanes, ... of the run, then lane 0 adds
+// the lanes in order. The grouping depends only on the run, never on timing: deterministic.
+constexpr int kRunLanes = 8;
+constexpr int kRunColumns = 32;
+constexpr int kRunChunks = 8;  // columns a pass: kRunChunks x kRunColumns, each lane keeping one sum per chunk
+
 template <class T>
-__global__ void embedding_backward_kernel(const T* __restrict__ grad_out, const uint32_t* __restrict__ keys,
-                                          const int32_t* __restrict__ positions, int64_t count, int64_t num,
-                                          int64_t dim, T* __restrict__ grad_weight) {
+__global__ void __launch_bounds__(kRunColumns* kRunLanes)
+    embedding_backward_kernel(const T* __restrict__ grad_out, const uint32_t* __restrict__ keys,
+                              const int32_t* __restrict__ positions, int64_t count, int64_t num, int64_t dim,
+                              T* __restrict__ grad_weight) {
   using C = Compute<T>;
+  __shared__ C partial[kRunLanes][kRunChunks * kRunColumns];
   const int64_t start = blockIdx.x;
   const uint32_t key = keys[start];
   if ((start > 0 && keys[start - 1] == key) || key >= num) return;  // not a run start, or invalid indices
+  // The run's end: keys are sorted, so the positions that still match form a prefix of each window.
+  const int tid = threadIdx.y * kRunColumns + threadIdx.x;
+  int64_t end = start;
+  for (;;) {
+    const int64_t j = end + tid;
+    const int same = __syncthreads_count(j < count && keys[j] == key);
+    end += same;
+    if (same < kRunColumns * kRunLanes) break;
+  }
   T* gw = grad_weight + static_cast<int64_t>(key) * dim;
-  for (int64_t d = threadIdx.x; d < dim; d += blockDim.x) {
-    C acc = convert<C>(gw[d]);
-    for (int64_t j = start; j < count && keys[j] == key; ++j) acc += convert<C>(grad_out[positions[j] * dim + d]);
-    gw[d] = convert<T>(acc);
+  for (int64_t d0 = 0; d0 < dim; d0 += kRunChunks * kRunColumns) {
+    C acc[kRunChunks];
+#pragma unroll
+    for (int k = 0; k < kRunChunks; ++k) acc[k] = 0;
+    for (int64_t j = start + threadIdx.y; j < end; j += kRunLanes) {
+      const T* row = grad_out + static_cast<int64_t>(positions[j]) * dim + d0 + threadIdx.x;
+#pragma unroll
+      for (int k = 0; k < kRunChunks; ++k) {
+        if (d0 + k * kRunColumns + threadIdx.x < dim) acc[k] += convert<C>(row[k * kRunColumns]);
+      }
+    }
+#pragma unroll
+    for (int k = 0; k < kRunChunks; ++k) partial[threadIdx.y][k * kRunColumns + threadIdx.x] = acc[k];
+    __syncthreads();
+    for (int c = tid; c < kRunChunks * kRunColumns; c += kRunColumns * kRunLanes) {
+      if (d0 + c < dim) {
+        C sum = convert<C>(gw[d0 + c]);
+#pragma unroll
+        for (int y = 0; y < kRunLanes; ++y) sum += partial[y][c];
+        gw[d0 + c] = convert<T>(sum);
+      }
+    }
+    __syncthreads();
   }
 }
 
@@ -149,8 +187,7 @@ void embedding_backward(const Tensor& grad_out, const Tensor& indices, const Ten
   // 3. one block per run of equal keys.
   visit_floating(grad_weight.dtype(), "embedding_backward", [&](auto tag) {
     using T = decltype(tag);
-    const int threads = std::min(row_threads(dim), 256);
-    embedding_backward_kernel<T><<<static_cast<unsigned>(count), threads, 0, stream>>>(
+    embedding_backward_kernel<T><<<static_cast<unsigned>(count), dim3(kRunColumns, kRunLanes), 0, stream>>>(
         ptr<const T>(grad_out), keys_out.as<uint32_t>(), pos_out.as<int32_t>(), count, num, dim, ptr<T>(grad_weight));
     DPT_CUDA_CHECK_LAUNCH();
   });

@@ -1002,7 +1002,7 @@ bool flash_attention_strided_supported(const Tensor& q, const Tensor& k, const T
 
 void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                      const Tensor& lse, const AttentionLayouts& layouts, int64_t bh, int64_t t,
-                                     int64_t d, double scale) {
+                                     int64_t d, double scale, const AttentionDropout& dropout) {
   if (bh == 0 || t == 0) return;
   const int device = device_of(out, {&q, &k, &v, &lse}, "flash_attention_forward_strided");
   DPT_CHECK(lse.dtype() == DType::Float32,
@@ -1013,13 +1013,14 @@ void flash_attention_forward_strided(const Tensor& q, const Tensor& k, const Ten
       "scale and 16-byte aligned rows, found {}, head size {}, scale {}",
       dtype_name(q.dtype()), d, scale);
   flash_forward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), lse.data<float>(),
-                    layouts, bh, t, d, static_cast<float>(scale) * kLog2e, cuda::current_stream(device));
+                    layouts, bh, t, d, static_cast<float>(scale) * kLog2e, cuda::current_stream(device), dropout);
 }
 
 void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                       const Tensor& grad_out, const Tensor& lse, const Tensor& grad_q,
                                       const Tensor& grad_k, const Tensor& grad_v, const AttentionLayouts& layouts,
-                                      int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums) {
+                                      int64_t bh, int64_t t, int64_t d, double scale, const Tensor& grad_sums,
+                                      const AttentionDropout& dropout) {
   PackedColumnSums sums;
   if (grad_sums.defined()) {
     const int64_t heads = layouts.q.heads, c = heads * d;
@@ -1056,7 +1057,7 @@ void flash_attention_backward_strided(const Tensor& q, const Tensor& k, const Te
             dtype_name(q.dtype()), d, scale);
   flash_backward_mma(q.data<bf16_t>(), k.data<bf16_t>(), v.data<bf16_t>(), out.data<bf16_t>(), grad_out.data<bf16_t>(),
                      lse.data<float>(), grad_q.data<bf16_t>(), grad_k.data<bf16_t>(), grad_v.data<bf16_t>(), layouts,
-                     bh, t, d, static_cast<float>(scale), device, cuda::current_stream(device), sums);
+                     bh, t, d, static_cast<float>(scale), device, cuda::current_stream(device), sums, dropout);
 }
 
 }  // namespace dpt::cuda_kernels

@@ -58,6 +58,7 @@
 
 #include "core/cuda/flash_attention_mma.cuh"
 #include "core/error.h"
+#include "core/philox.h"
 
 namespace dpt::cuda_kernels {
 
@@ -203,6 +204,26 @@ __device__ __forceinline__ void store_pair(bf16_t* dst, bool in_range, float a, 
   cs[1] += f.y;
 }
 
+// Attention dropout (AttentionDropout): where a kernel's draws start, and the factor of one weight.
+__device__ __forceinline__ uint64_t dropout_start(const AttentionDropout& d) {
+  return d.rng.offset + (d.rng.base != nullptr ? *d.rng.base : 0);
+}
+__device__ __forceinline__ bool dropout_keeps(const AttentionDropout& d, uint64_t start, int64_t head, int t, int query,
+                                              int key) {
+  const uint64_t index = (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
+  return philox::dropout_uniform_at(d.rng.seed, start, index) > d.p;
+}
+// The factors of keys `key` and `key + 1` of one query: neighbours in the draw, so mostly one Philox call.
+__device__ __forceinline__ float2 dropout_pair(const AttentionDropout& d, uint64_t start, int64_t head, int t,
+                                               int query, int key, float scale) {
+  const uint64_t n =
+      start + (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
+  const philox::Words w = philox::dropout_words(d.rng.seed, n >> 2);
+  const float u0 = philox::word_of(w, n & 3);
+  const float u1 = (n & 3) != 3 ? philox::word_of(w, (n & 3) + 1) : philox::word_of(philox::dropout_words(d.rng.seed, (n >> 2) + 1), 0);
+  return make_float2(u0 > d.p ? scale : 0.0f, u1 > d.p ? scale : 0.0f);
+}
+
 template <int D, int W>
 constexpr size_t forward_bytes() {
   return sizeof(bf16_t) * static_cast<size_t>(16 * W + 4 * kKeyTile) * kLdOf<D>;
@@ -222,7 +243,7 @@ template <int D, int W>
 __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
     flash_forward_mma_kernel(const bf16_t* __restrict__ q, const bf16_t* __restrict__ k, const bf16_t* __restrict__ v,
                              bf16_t* __restrict__ out, float* __restrict__ lse, const AttentionLayouts lay, int t,
-                             float scale_log2) {
+                             float scale_log2, const AttentionDropout drop) {
   constexpr int kThreads = 32 * W, kBr = 16 * W, kBc = kKeyTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBc * kLd;  // one K or V stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBc / 8, kKs = kBc / 16;
@@ -252,6 +273,8 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
   // Rows g and g + 8 of the warp: running max (log2 units, scaled) and this lane's part of the sum.
   float m0 = -INFINITY, m1 = -INFINITY, l0 = 0.0f, l1 = 0.0f;
   const int r0 = wq0 + g, r1 = r0 + 8;
+  const uint64_t drop_start = drop.p > 0 ? dropout_start(drop) : 0;
+  const float drop_scale = 1.0f / (1.0f - drop.p);
 
   for (int kt = 0; kt < n_tiles; ++kt) {
     if (kt + 1 < n_tiles) {
@@ -329,10 +352,19 @@ __global__ void __launch_bounds__(32 * W, D == 64 && W == 4 ? 4 : 1)
       float sum0[2] = {0.0f, 0.0f}, sum1[2] = {0.0f, 0.0f};
 #pragma unroll
       for (int j = 0; j < kNs; ++j) {
-        const float p0 = fast_exp2(fmaf(s[j][0], scale_log2, -mn0)), p1 = fast_exp2(fmaf(s[j][1], scale_log2, -mn0));
-        const float p2 = fast_exp2(fmaf(s[j][2], scale_log2, -mn1)), p3 = fast_exp2(fmaf(s[j][3], scale_log2, -mn1));
+        float p0 = fast_exp2(fmaf(s[j][0], scale_log2, -mn0)), p1 = fast_exp2(fmaf(s[j][1], scale_log2, -mn0));
+        float p2 = fast_exp2(fmaf(s[j][2], scale_log2, -mn1)), p3 = fast_exp2(fmaf(s[j][3], scale_log2, -mn1));
         sum0[j & 1] += p0 + p1;
         sum1[j & 1] += p2 + p3;
+        if (drop.p > 0) {  // the sums above are the softmax's; only the weights applied to V are dropped
+          const int c = k0 + 8 * j + 2 * tq;
+          const float2 z0 = dropout_pair(drop, drop_start, blockIdx.x, t, r0, c, drop_scale);
+          const float2 z1 = dropout_pair(drop, drop_start, blockIdx.x, t, r1, c, drop_scale);
+          p0 *= z0.x;
+          p1 *= z0.y;
+          p2 *= z1.x;
+          p3 *= z1.y;
+        }
         pf[j / 2][2 * (j & 1)] = pack_bf16(p0, p1);
         pf[j / 2][2 * (j & 1) + 1] = pack_bf16(p2, p3);
       }
@@ -378,7 +410,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
                                  const bf16_t* __restrict__ v, const bf16_t* __restrict__ grad_out,
                                  const float* __restrict__ lse2, const float* __restrict__ dvec,
                                  bf16_t* __restrict__ grad_k, bf16_t* __restrict__ grad_v, const AttentionLayouts lay,
-                                 int t, int t_pad, float scale, float scale_log2, float* __restrict__ col_part) {
+                                 int t, int t_pad, float scale, float scale_log2, float* __restrict__ col_part,
+                                 const AttentionDropout drop) {
   constexpr int kThreads = 32 * W, kBc = 16 * W, kBr = kQueryTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBr * kLd;  // one Q or dO stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBr / 8, kKs = kBr / 16;
@@ -423,6 +456,9 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
     for (int e = 0; e < 4; ++e) dka[n][e] = dva[n][e] = 0.0f;
   }
   const int kr0 = wk0 + g, kr1 = kr0 + 8;  // this lane's keys
+  const uint64_t drop_start = drop.p > 0 ? dropout_start(drop) : 0;
+  const float drop_scale = 1.0f / (1.0f - drop.p);
+  static_assert(kNs * 4 <= 32, "one bit per weight of a lane");
   const uint32_t ka = ks + a_off + at<kLd>(16 * warp, 0), va = vs + a_off + at<kLd>(16 * warp, 0);
 
   for (int qt = qt0; qt < n_qt; ++qt) {
@@ -458,6 +494,7 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
       }
       const bool diag = q0 < wk0 + 15;  // some query of the tile precedes some key of the warp
       uint32_t pf[kKs][4];
+      uint32_t kept = 0xffffffffu;  // bit 4 j + e: weight p[j][e] survives dropout
 #pragma unroll
       for (int j = 0; j < kNs; ++j) {
         const int c = 8 * j + 2 * tq;  // the lane's queries q0 + c, q0 + c + 1
@@ -473,8 +510,22 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
           if (qc < kr1) p[j][2] = 0.0f;
           if (qc + 1 < kr1) p[j][3] = 0.0f;
         }
-        pf[j / 2][2 * (j & 1)] = pack_bf16(p[j][0], p[j][1]);
-        pf[j / 2][2 * (j & 1) + 1] = pack_bf16(p[j][2], p[j][3]);
+        float z0 = 1.0f, z1 = 1.0f, z2 = 1.0f, z3 = 1.0f;
+        if (drop.p > 0) {
+          const int qc = q0 + c;
+          const bool k0b = dropout_keeps(drop, drop_start, blockIdx.x, t, qc, kr0);
+          const bool k1b = dropout_keeps(drop, drop_start, blockIdx.x, t, qc + 1, kr0);
+          const bool k2b = dropout_keeps(drop, drop_start, blockIdx.x, t, qc, kr1);
+          const bool k3b = dropout_keeps(drop, drop_start, blockIdx.x, t, qc + 1, kr1);
+          kept &= ~((uint32_t{!k0b} | uint32_t{!k1b} << 1 | uint32_t{!k2b} << 2 | uint32_t{!k3b} << 3) << (4 * j));
+          z0 = k0b ? drop_scale : 0.0f;
+          z1 = k1b ? drop_scale : 0.0f;
+          z2 = k2b ? drop_scale : 0.0f;
+          z3 = k3b ? drop_scale : 0.0f;
+        }
+        // dV takes the weights as applied to V: after dropout.
+        pf[j / 2][2 * (j & 1)] = pack_bf16(p[j][0] * z0, p[j][1] * z1);
+        pf[j / 2][2 * (j & 1) + 1] = pack_bf16(p[j][2] * z2, p[j][3] * z3);
       }
       // dV += P^T dO.
 #pragma unroll
@@ -503,7 +554,15 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
           mma_bf16(dp[2 * jb + 1], a, b[2], b[3]);
         }
       }
-      // dS^T = P^T (dP^T - dvec), rounded to bf16 as the A operand of dK += dS^T Q.
+      // dS^T = P^T (dP^T Z - dvec), Z the dropout factors (1 without dropout), rounded to bf16 as the A
+      // operand of dK += dS^T Q.
+      if (drop.p > 0) {
+#pragma unroll
+        for (int j = 0; j < kNs; ++j) {
+#pragma unroll
+          for (int e = 0; e < 4; ++e) dp[j][e] *= (kept >> (4 * j + e)) & 1u ? drop_scale : 0.0f;
+        }
+      }
 #pragma unroll
       for (int j = 0; j < kNs; ++j) {
         const float2 dv2 = *reinterpret_cast<const float2*>(dvec_s + 8 * j + 2 * tq);
@@ -551,7 +610,7 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
                                 const bf16_t* __restrict__ grad_out, const float* __restrict__ lse,
                                 float* __restrict__ lse2, float* __restrict__ dvec, bf16_t* __restrict__ grad_q,
                                 const AttentionLayouts lay, int t, int t_pad, float scale, float scale_log2,
-                                float* __restrict__ col_part) {
+                                float* __restrict__ col_part, const AttentionDropout drop) {
   constexpr int kThreads = 32 * W, kBr = 16 * W, kBc = kKeyTile, kLd = kLdOf<D>;
   constexpr uint32_t kTileBytes = 2u * kBc * kLd;  // one K or V stage
   constexpr int kKd = D / 16, kNd = D / 8, kNs = kBc / 8, kKs = kBc / 16;
@@ -610,6 +669,8 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   __syncthreads();
   const float lse0 = stat_s[16 * warp + g], lse1 = stat_s[16 * warp + g + 8];
   const float dvec0 = stat_s[kBr + 16 * warp + g], dvec1 = stat_s[kBr + 16 * warp + g + 8];
+  const uint64_t drop_start = drop.p > 0 ? dropout_start(drop) : 0;
+  const float drop_scale = 1.0f / (1.0f - drop.p);
 
   float dqa[kNd][4];
 #pragma unroll
@@ -666,6 +727,14 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
           if (c + 1 > r0) p[j][1] = 0.0f;
           if (c > r1) p[j][2] = 0.0f;
           if (c + 1 > r1) p[j][3] = 0.0f;
+        }
+        if (drop.p > 0) {  // dS = P (dP Z - dvec)
+          const float2 z0 = dropout_pair(drop, drop_start, blockIdx.x, t, r0, c, drop_scale);
+          const float2 z1 = dropout_pair(drop, drop_start, blockIdx.x, t, r1, c, drop_scale);
+          dp[j][0] *= z0.x;
+          dp[j][1] *= z0.y;
+          dp[j][2] *= z1.x;
+          dp[j][3] *= z1.y;
         }
         dsf[j / 2][2 * (j & 1)] = pack_bf16(p[j][0] * (dp[j][0] - dvec0), p[j][1] * (dp[j][1] - dvec0));
         dsf[j / 2][2 * (j & 1) + 1] = pack_bf16(p[j][2] * (dp[j][2] - dvec1), p[j][3] * (dp[j][3] - dvec1));
@@ -802,18 +871,18 @@ bool flash_mma_operands_aligned(std::initializer_list<std::pair<const void*, Att
 
 void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse,
                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale_log2,
-                       cudaStream_t stream) {
+                       cudaStream_t stream, const AttentionDropout& dropout) {
   visit_mma(d, "flash_attention_forward", [&](auto dim, auto warps) {
     constexpr int D = decltype(dim)::value, W = decltype(warps)::value;
     launch(flash_forward_mma_kernel<D, W>, mma_grid(bh, t, 16 * W, "flash_attention_forward"), 32 * W,
-           forward_bytes<D, W>(), stream, q, k, v, out, lse, layouts, static_cast<int>(t), scale_log2);
+           forward_bytes<D, W>(), stream, q, k, v, out, lse, layouts, static_cast<int>(t), scale_log2, dropout);
   });
 }
 
 void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* out, const bf16_t* grad_out,
                         const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v,
                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale, int device,
-                        cudaStream_t stream, const PackedColumnSums& column_sums) {
+                        cudaStream_t stream, const PackedColumnSums& column_sums, const AttentionDropout& dropout) {
   const int64_t t_pad = (t + kStatPad - 1) / kStatPad * kStatPad;
   const int64_t rows_pad = bh * t_pad;
   DeviceBuffer stats(2 * static_cast<size_t>(rows_pad) * sizeof(float), device);
@@ -829,10 +898,11 @@ void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const
     float* col_part = sums ? partials.as<float>() : nullptr;
     // dQ first: it writes the statistics (lse2, dvec) that the dK/dV kernel reads.
     launch(flash_backward_q_mma_kernel<D, W>, grid, 32 * W, backward_q_bytes<D, W>(), stream, q, k, v, out, grad_out,
-           lse, lse2, dvec, grad_q, layouts, static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2, col_part);
+           lse, lse2, dvec, grad_q, layouts, static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2, col_part,
+           dropout);
     launch(flash_backward_kv_mma_kernel<D, W>, grid, 32 * W, backward_kv_bytes<D, W>(), stream, q, k, v, grad_out,
            static_cast<const float*>(lse2), static_cast<const float*>(dvec), grad_k, grad_v, layouts,
-           static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2, col_part);
+           static_cast<int>(t), static_cast<int>(t_pad), scale, scale_log2, col_part, dropout);
     if (!sums) return;
     auto* sum_launch = column_sums.bf16 ? launch_column_sums<bf16_t> : launch_column_sums<float>;
     sum_launch(col_part, bh / column_sums.heads, column_sums.heads, static_cast<int>(grid.y), D, column_sums.sums,

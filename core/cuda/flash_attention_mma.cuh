@@ -30,9 +30,10 @@ bool flash_mma_supports(int64_t d, double scale);
 // cp.async vectors, so the kernels below require this of every operand.
 bool flash_mma_operands_aligned(std::initializer_list<std::pair<const void*, AttentionLayout>> operands);
 
+
 void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse,
                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale_log2,
-                       cudaStream_t stream);
+                       cudaStream_t stream, const AttentionDropout& dropout = {});
 
 // Where the backward writes the column sums of a packed [B, T, 3 heads d] gradient (grad_q, grad_k and
 // grad_v the parts of one buffer, layouts packed_qkv): [3 heads d] floats, or bf16 when `bf16`. No sums
@@ -47,6 +48,7 @@ struct PackedColumnSums {
 void flash_backward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, const bf16_t* out, const bf16_t* grad_out,
                         const float* lse, bf16_t* grad_q, bf16_t* grad_k, bf16_t* grad_v,
                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale, int device,
-                        cudaStream_t stream, const PackedColumnSums& column_sums = {});
+                        cudaStream_t stream, const PackedColumnSums& column_sums = {},
+                        const AttentionDropout& dropout = {});
 
 }  // namespace dpt::cuda_kernels

@@ -195,7 +195,7 @@ TEST(MetricsTensorBoard, WritesFramedEventsWithTheScalarsOfEachRecord) {
     TrainRecord r = train_record(5, 2.5);
     r.mfu = 0.25;
     log.train(r);
-    log.eval(5, 1.25);
+    log.eval(5, 1.25, 1.25, 5);
   }
   const auto files = event_files(dir.path().string());
   ASSERT_EQ(files.size(), 1u);
@@ -225,7 +225,7 @@ TEST(MetricsTensorBoard, AResumedRunWritesANewFileThatStartsAfterTheCheckpointSt
   {
     MetricsLog log(logging_in(dir, false, true), 40, false);
     log.train(train_record(41, 2.0));
-    log.eval(41, 2.5);
+    log.eval(41, 2.5, 2.25, 40);
   }
   const auto files = event_files(dir.path().string());
   ASSERT_EQ(files.size(), 2u);
@@ -245,14 +245,14 @@ TEST(MetricsCsv, WritesOneRowPerRecordUnderTheHeader) {
     bad.skipped = true;
     bad.loss_scale = 1024;
     log.train(bad);
-    log.eval(2, 0.5);
+    log.eval(2, 0.5, 0.5, 2);
   }
   EXPECT_EQ(read_text(dir.file("metrics.csv")),
             std::string(kMetricsCsvHeader) + "\n" +
-                "train,1,2.5,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,false,,,\n"
-                "train,2,nan,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,true,1024,,\n"
+                "train,1,2.5,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,false,,,,,\n"
+                "train,2,nan,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,true,1024,,,,\n"
                 "eval,2,,,,,,,,,,,," +
-                fmt::format("0.5,{}\n", std::exp(0.5)));
+                fmt::format("0.5,0.5,2,{}\n", std::exp(0.5)));
   // The JSONL file has the same records, and the perplexity.
   const auto records = read_metrics(dir.file("metrics.jsonl"));
   ASSERT_EQ(records.size(), 3u);
@@ -264,7 +264,7 @@ TEST(MetricsCsv, AResumeKeepsTheRowsUpToTheCheckpointStepAndOneHeader) {
   {
     MetricsLog log(logging_in(dir, true, false), 0, false);
     for (int step = 1; step <= 6; ++step) log.train(train_record(step, 1.0 / step));
-    log.eval(3, 0.9);
+    log.eval(3, 0.9, 0.9, 3);
   }
   { MetricsLog(logging_in(dir, true, false), 4, false).train(train_record(5, 0.125)); }
   const std::string csv = read_text(dir.file("metrics.csv"));

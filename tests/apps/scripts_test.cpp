@@ -1,12 +1,16 @@
 // What the README shows, run as the README shows it: scripts/train.sh trains the default config to a
 // visibly lower loss, scripts/plot-metrics.sh turns its metrics into a PNG (or skips cleanly without
-// gnuplot), and docs/config-reference.md is the reference the code generates.
+// gnuplot), and docs/config-reference.md is the reference the code generates. The bar of
+// scripts/gpu-convergence.sh is checked on loss curves of known distances (its table needs no GPU).
 #include <gtest/gtest.h>
 
 #include <cmath>
 #include <filesystem>
+#include <fstream>
 #include <regex>
+#include <sstream>
 #include <string>
+#include <vector>
 
 #include "config.h"
 #include "train_test_util.h"
@@ -69,6 +73,77 @@ TEST(ReadmeCommands, PlotMetricsDrawsAPngOrSkipsCleanlyWithoutGnuplot) {
                   .exit_code,
               0);
   }
+}
+
+// One combination's files as gpu-convergence.sh leaves them: dptrain's JSON line, then PyTorch's reference
+// and floor-run lines, each with its losses.
+void write_losses(const ScratchDir& dir, const std::string& tag, const std::vector<double>& dptrain,
+                  const std::vector<double>& reference, const std::vector<double>& floor) {
+  auto list = [](const std::vector<double>& v) {
+    std::ostringstream s;
+    s.precision(17);
+    s << '[';
+    for (size_t i = 0; i < v.size(); ++i) s << (i ? ", " : "") << v[i];
+    s << ']';
+    return s.str();
+  };
+  std::ofstream(dir.file("convergence/" + tag + ".dptrain.jsonl"))
+      << "{\"system\": \"dptrain\", \"losses\": " << list(dptrain) << "}\n";
+  std::ofstream(dir.file("convergence/" + tag + ".pytorch.jsonl"))
+      << "{\"system\": \"pytorch-eager\", \"role\": \"reference\", \"losses\": " << list(reference) << "}\n"
+      << "{\"system\": \"pytorch-eager-cpu\", \"role\": \"floor-cpu\", \"losses\": " << list(floor) << "}\n";
+}
+
+std::vector<double> scaled(const std::vector<double>& v, double by, int only_step = -1) {
+  std::vector<double> out = v;
+  for (size_t i = 0; i < out.size(); ++i)
+    if (only_step < 0 || static_cast<int>(i) == only_step) out[i] *= by;
+  return out;
+}
+
+TEST(GpuConvergenceTable, PassesWithinTwiceThePyTorchFloorAndFailsPastIt) {
+  if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
+  ScratchDir dir("convergence");
+  fs::create_directories(dir.file("convergence"));
+  const std::vector<double> ref = {10, 9, 8, 7, 6};
+  const std::vector<double> floor = scaled(ref, 1 + 1e-4);  // PyTorch 1e-4 from itself at every step
+  // Within the bar: 1.5e-4 <= 2 x 1e-4 + 1e-6 at every step.
+  write_losses(dir, "near", scaled(ref, 1 + 1.5e-4), ref, floor);
+  // Over it at step 3 only: 3e-4 > 2 x 1e-4 + 1e-6.
+  write_losses(dir, "far", scaled(ref, 1 + 3e-4, 3), ref, floor);
+  const std::string script = quote(kSource + "/scripts/gpu-convergence.sh") + " --table-only";
+  const std::string env = "OUT=" + quote(dir.path().string()) + " ";
+  auto manifest = [&](const std::string& rows) { std::ofstream(dir.file("convergence/combinations.tsv")) << rows; };
+  const std::string near = "near\tmlp_92m\tfp32\t1\trepeat\t5\tcpu\trun\t\n";
+  const std::string skipped = "wide\tmlp_92m\tfp32\t2\trepeat\t5\tcpu\tskipped\tneeds 2 GPUs, 1 visible\n";
+
+  manifest(near + skipped);
+  RunResult pass = run_shell(env + script);
+  EXPECT_EQ(pass.exit_code, 0) << pass.output;
+  EXPECT_NE(pass.output.find("1.49   PASS"), std::string::npos) << pass.output;  // 1.5e-4 / (1e-4 + 5e-7)
+  EXPECT_NE(pass.output.find("SKIPPED"), std::string::npos) << pass.output;
+  EXPECT_NE(pass.output.find("convergence: PASS"), std::string::npos) << pass.output;
+
+  manifest(near + "far\tmlp_92m\tbf16\t1\trandom\t5\tcpu\trun\t\n" + skipped);
+  RunResult fail = run_shell(env + script);
+  EXPECT_EQ(fail.exit_code, 1) << fail.output;
+  EXPECT_NE(fail.output.find("far: first step over the bar 3"), std::string::npos) << fail.output;
+  EXPECT_NE(fail.output.find("convergence: FAIL: 1 within the bar, 1 over it"), std::string::npos) << fail.output;
+  // The per-step curves: a header and one row per step, the bar from the running maxima.
+  std::istringstream csv(read_text(dir.file("convergence/far.csv")));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u) << read_text(dir.file("convergence/far.csv"));
+  EXPECT_EQ(lines[0], "step,dptrain_loss,pytorch_loss,floor_loss,gap,floor,gap_max,floor_max,bar");
+  EXPECT_EQ(lines[4].substr(0, 2), "3,");
+
+  // A combination whose PyTorch run printed nothing is no pass.
+  fs::remove(dir.file("convergence/near.pytorch.jsonl"));
+  manifest(near);
+  RunResult missing = run_shell(env + script);
+  EXPECT_EQ(missing.exit_code, 1) << missing.output;
+  EXPECT_NE(missing.output.find("NO RESULT"), std::string::npos) << missing.output;
+  EXPECT_NE(missing.output.find("no losses from PyTorch, floor run"), std::string::npos) << missing.output;
 }
 
 TEST(ConfigReferenceDocument, MatchesTheReferenceTheCodeGenerates) {

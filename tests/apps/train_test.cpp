@@ -80,6 +80,9 @@ TEST(TrainShippedConfigs, EveryConfigTrainsAFewStepsOnTheCpu) {
     ASSERT_EQ(losses.size(), 3u) << r.output;
     for (const auto& rec : losses) EXPECT_TRUE(std::isfinite(number(rec.loss))) << rec.line;
     EXPECT_FALSE(eval_records(records).empty()) << "no validation loss logged\n" << r.output;
+    if (!eval_records(records).empty()) {
+      EXPECT_NE(eval_records(records).back().line.find("\"best_val_loss\""), std::string::npos) << r.output;
+    }
     EXPECT_TRUE(fs::exists(dir.file("run/step_00000003/checkpoint.model.safetensors")));
     EXPECT_TRUE(fs::exists(dir.file("run/step_00000002")));
     EXPECT_TRUE(fs::exists(dir.file("run/config.yaml")));
@@ -117,7 +120,7 @@ std::vector<std::string> small_gpt(const ScratchDir& dir, int steps) {
           "model.gpt.n_embd=16",
           "model.gpt.dropout=0.1",
           "data.seq_len=16",
-          "training.batch_size=4",
+          "training.batch_size=48",  // 7 batches an epoch: 12 steps cross two epochs of fresh random windows
           "training.steps=" + std::to_string(steps),
           "schedule.warmup_steps=2",
           "logging.every=1",
@@ -152,23 +155,40 @@ std::vector<std::string> gpu_gpt(const ScratchDir& dir, bool graph) {
           "checkpoint.dir=" + dir.file("run")};
 }
 
-TEST(TrainCudaGraph, ReplayedStepsReproduceTheEagerRunAndResumeExactly) {
-  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ScratchDir eager("graph.eager"), graph("graph.graph"), resumed("graph.resumed");
-  RunResult a = train(config_path("char_gpt.yaml"), gpu_gpt(eager, false));
+// The eager run, the captured one and the captured one resumed at step 4: one history, digit for digit.
+void expect_graph_reproduces_eager(const std::string& name, const std::vector<std::string>& extra) {
+  ScratchDir eager(name + ".eager"), graph(name + ".graph"), resumed(name + ".resumed");
+  auto args = [&](const ScratchDir& dir, bool captured) {
+    std::vector<std::string> a = gpu_gpt(dir, captured);
+    a.insert(a.end(), extra.begin(), extra.end());
+    return a;
+  };
+  RunResult a = train(config_path("char_gpt.yaml"), args(eager, false));
   ASSERT_EQ(a.exit_code, 0) << a.output;
-  RunResult b = train(config_path("char_gpt.yaml"), gpu_gpt(graph, true));
+  RunResult b = train(config_path("char_gpt.yaml"), args(graph, true));
   ASSERT_EQ(b.exit_code, 0) << b.output;
   expect_same_history(read_metrics(eager.file("run/metrics.jsonl")), read_metrics(graph.file("run/metrics.jsonl")),
                       12);
   fs::copy(graph.file("run"), resumed.file("run"), fs::copy_options::recursive);
   fs::remove_all(resumed.file("run/step_00000008"));
   fs::remove_all(resumed.file("run/step_00000012"));
-  RunResult c = train(config_path("char_gpt.yaml"), gpu_gpt(resumed, true));
+  RunResult c = train(config_path("char_gpt.yaml"), args(resumed, true));
   ASSERT_EQ(c.exit_code, 0) << c.output;
   EXPECT_NE(c.output.find("at step 4"), std::string::npos) << c.output;
   expect_same_history(read_metrics(eager.file("run/metrics.jsonl")), read_metrics(resumed.file("run/metrics.jsonl")),
                       12);
+}
+
+TEST(TrainCudaGraph, ReplayedStepsReproduceTheEagerRunAndResumeExactly) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_graph_reproduces_eager("graph", {});
+}
+
+// Dropout in a graph draws from a device counter the graph moves on: every replay a fresh mask, the same
+// masks as the eager run's (the same generator offsets), and a resume continues them.
+TEST(TrainCudaGraph, ReplayedStepsWithDropoutReproduceTheEagerRunAndResumeExactly) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_graph_reproduces_eager("graph.dropout", {"model.gpt.dropout=0.2"});
 }
 
 // An eager 2-GPU ZeRO-1 run against a captured one with `graph_extra` set too: the same metrics, digit for
@@ -223,6 +243,8 @@ TEST(TrainResume, ResumedMlpRunReproducesTheUninterruptedLossesExactly) {
   ScratchDir full("resume.mlp.full"), resumed("resume.mlp.resumed");
   RunResult a = train(config_path("mlp_synthetic.yaml"), small_mlp(full, 30));
   ASSERT_EQ(a.exit_code, 0) << a.output;
+  // The first lines say how steps run and why (training.cuda_graph auto).
+  EXPECT_NE(a.output.find("eager (training.cuda_graph auto: not on a GPU)"), std::string::npos) << a.output;
   // The interrupted run: the newest checkpoint damaged (truncated), the one before it gone; the run
   // must pass over both and continue from step 10.
   fs::copy(full.file("run"), resumed.file("run"), fs::copy_options::recursive);

@@ -4,6 +4,9 @@
 #include <cmath>
 
 #include "core/factory.h"
+#include "core/error.h"
+#include "core/kernels.h"
+#include "core/ops.h"
 #include "core/philox.h"
 
 namespace dpt {
@@ -81,6 +84,48 @@ TEST(Random, BFloat16DrawIsTheRoundedFloatDraw) {
   auto f = randn({256}, a).to_vector<float>();
   auto h = randn({256}, b, TensorOptions{}.with_dtype(DType::BFloat16)).to_vector<float>();
   for (size_t i = 0; i < f.size(); ++i) EXPECT_EQ(h[i], static_cast<float>(bf16(f[i])));
+}
+
+// Dropout's kernel keeps element i when uniform_at(seed, offset + i) > p and scales it by 1 / (1 - p); the
+// backward applies the very same mask to the gradient.
+TEST(Random, DropoutKeepsByThePhiloxDrawAndItsBackwardUsesTheSameMask) {
+  Generator gen(21);
+  gen.set_state(21, 1000);
+  Tensor x = ones({4096}, kF64);
+  x.requires_grad_();
+  Tensor y = dropout(x, 0.25, gen);
+  EXPECT_EQ(gen.offset(), 1000u + 4096u);
+  std::vector<double> out = y.to_vector<double>();
+  int64_t kept = 0;
+  for (size_t i = 0; i < out.size(); ++i) {
+    const bool keep = philox::dropout_uniform_at(21, 1000, i) > 0.25f;
+    EXPECT_EQ(out[i], keep ? 1.0 / 0.75 : 0.0) << i;
+    kept += keep;
+  }
+  EXPECT_NEAR(static_cast<double>(kept) / 4096.0, 0.75, 0.03);
+  sum(y).backward();
+  EXPECT_EQ(x.grad().to_vector<double>(), out);
+}
+
+// While a CUDA graph is captured, draws are relative to the device counter the graph moves on; a draw at a
+// fixed host offset would repeat every replay and is refused.
+TEST(Random, CapturedDrawsAreRelativeToTheDeviceCounter) {
+  Generator gen(5);
+  gen.set_state(5, 77);
+  Tensor counter = from_vector<int64_t>({77}, {1}, TensorOptions{}.with_dtype(DType::Int64));
+  const auto* base = reinterpret_cast<const uint64_t*>(counter.data<int64_t>());
+  gen.begin_capture(base);
+  const PhiloxArgs a = gen.draw(10), b = gen.draw(6);
+  EXPECT_THROW(gen.advance(3), Error);
+  EXPECT_EQ(gen.end_capture(), 16u);
+  EXPECT_EQ(a.base, base);
+  EXPECT_EQ(a.offset, 0u);
+  EXPECT_EQ(b.offset, 10u);
+  EXPECT_EQ(gen.offset(), 77u);  // the host moves on per replay (skip), not per captured draw
+  kernels::advance_counter(counter, 16);
+  gen.skip(16);
+  EXPECT_EQ(counter.to_vector<int64_t>()[0], static_cast<int64_t>(gen.offset()));
+  EXPECT_EQ(gen.draw(1).offset, 93u);
 }
 
 }  // namespace

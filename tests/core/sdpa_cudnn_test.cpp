@@ -24,7 +24,7 @@
 namespace dpt {
 namespace {
 
-std::string shape_name(int64_t b, int64_t t, int64_t h, int64_t d) {
+[[maybe_unused]] std::string shape_name(int64_t b, int64_t t, int64_t h, int64_t d) {
   return "B=" + std::to_string(b) + " T=" + std::to_string(t) + " H=" + std::to_string(h) + " D=" + std::to_string(d);
 }
 

@@ -118,9 +118,11 @@ class FailingDataset : public TensorDataset {
  public:
   FailingDataset()
       : TensorDataset(from_vector(std::vector<float>(8, 1.0f), {8}), from_vector(std::vector<float>(8, 0.0f), {8})) {}
-  Batch get_batch(const std::vector<int64_t>& indices) const override {
+
+ protected:
+  Batch gather(const std::vector<int64_t>& indices, int64_t epoch) const override {
     for (int64_t i : indices) DPT_CHECK(i != 6, "cannot read example {}", i);
-    return TensorDataset::get_batch(indices);
+    return TensorDataset::gather(indices, epoch);
   }
 };
 

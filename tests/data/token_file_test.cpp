@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <numeric>
+#include <set>
 
 #include "data/token_windows.h"
 #include "temp_dir.h"
@@ -119,11 +120,11 @@ TEST(TokenFileDataset, RandomWindowsAreSeededAndInRange) {
   EXPECT_EQ(a.size(), 999 / 16);
   bool any_differs = false;
   for (int64_t i = 0; i < a.size(); ++i) {
-    const int64_t s = a.window_start(i);
+    const int64_t s = a.window_start(i, 0);
     EXPECT_GE(s, 0);
     EXPECT_LE(s + 16, 999);
-    EXPECT_EQ(s, b.window_start(i));
-    any_differs |= s != c.window_start(i);
+    EXPECT_EQ(s, b.window_start(i, 0));
+    any_differs |= s != c.window_start(i, 0);
     Batch batch = a.get(i);
     auto in = batch.input.to_vector<int32_t>();
     auto tg = batch.target.to_vector<int32_t>();
@@ -133,6 +134,50 @@ TEST(TokenFileDataset, RandomWindowsAreSeededAndInRange) {
     }
   }
   EXPECT_TRUE(any_differs);
+}
+
+TEST(TokenFileDataset, EachEpochDrawsFreshRandomWindows) {
+  TempDir dir;
+  const std::string path = dir.file("epochs.bin");
+  write_token_file(path, iota_tokens(100000));
+  TokenFileDataset ds(path, 64, WindowMode::Random, 3);
+  int64_t same = 0;
+  for (int64_t i = 0; i < ds.size(); ++i) {
+    same += ds.window_start(i, 0) == ds.window_start(i, 1);
+    // A batch is a pure function of (indices, epoch): asked twice, it is the same.
+    EXPECT_EQ(ds.get(i, 5).input.to_vector<int32_t>(), ds.get(i, 5).input.to_vector<int32_t>());
+    EXPECT_EQ(ds.get(i, 5).input.to_vector<int32_t>()[0], ds.window_start(i, 5) % 65536);  // token p is p mod 2^16
+  }
+  // 1561 windows over 99936 starts: by chance about 0.02 coincide.
+  EXPECT_LE(same, 2) << "epoch 1 repeats epoch 0's windows";
+}
+
+TEST(TokenFileDataset, RandomWindowStartsCoverTheStreamUniformly) {
+  TempDir dir;
+  const std::string path = dir.file("uniform.bin");
+  write_token_file(path, iota_tokens(20001));
+  TokenFileDataset ds(path, 100, WindowMode::Random, 11);  // starts in [0, 19900], 200 windows an epoch
+  constexpr int kBins = 20;
+  std::vector<double> counts(kBins, 0.0);
+  int64_t draws = 0;
+  for (int64_t epoch = 0; epoch < 100; ++epoch) {
+    for (int64_t i = 0; i < ds.size(); ++i) {
+      const int64_t s = ds.window_start(i, epoch);
+      ASSERT_GE(s, 0);
+      ASSERT_LE(s, 19900);
+      counts[static_cast<size_t>(s * kBins / 19901)] += 1;
+      ++draws;
+    }
+  }
+  // Pearson's chi-square over 20 equal bins has 19 degrees of freedom: 43.8 is its 0.999 quantile.
+  const double expected = static_cast<double>(draws) / kBins;
+  double chi2 = 0;
+  for (double c : counts) chi2 += (c - expected) * (c - expected) / expected;
+  EXPECT_LT(chi2, 43.8);
+  // The old draw, fixed per index, saw only 200 distinct starts in all these epochs.
+  std::set<int64_t> distinct;
+  for (int64_t epoch = 0; epoch < 100; ++epoch) distinct.insert(ds.window_start(0, epoch));
+  EXPECT_GE(distinct.size(), 99u);
 }
 
 TEST(TokenFileDataset, RangeSplitsTrainAndValidation) {

@@ -8,6 +8,7 @@
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "core/ops_flash_attention.h"
 #include "layers/activation.h"
 #include "layers/attention.h"
 #include "layers/cnn.h"
@@ -157,6 +158,47 @@ TEST(CudaLayers, Bf16GptAndCnnStayWithinBf16ToleranceOfFloat32) {
   Tensor x = randn({4, 1, 8, 8}, gen).to(Device::cuda());
   Tensor y32 = c32.forward(x), y16 = c16.forward(x.to(DType::BFloat16));
   EXPECT_LE(max_abs_diff(y32, y16), 0.05);
+}
+
+// Attention dropout inside the bf16 kernels draws the mask the composed path draws for the [B, H, T, T]
+// weights: the CPU's float32 composition with the same generator state is the reference for the output and
+// every gradient, within bf16 rounding. T = 80 is no multiple of the kernels' tiles; a wrong mask index or a
+// mask missing from one of the three kernels moves values by whole weights, far beyond the tolerance.
+TEST(CudaLayers, FusedAttentionDropoutDrawsTheComposedPathsMask) {
+  REQUIRE_GPU();
+  Generator gen(3);
+  Tensor x = randn({2, 80, 128}, gen);
+  Generator g1(11), g2(11), g3(11);
+  auto cpu = std::make_shared<CausalSelfAttention>(128, 2, 0.3, g1);
+  auto gpu = std::make_shared<CausalSelfAttention>(128, 2, 0.3, g2);
+  auto gpu_no_drop = std::make_shared<CausalSelfAttention>(128, 2, 0.0, g3);
+  for (auto& m : {gpu, gpu_no_drop}) {
+    m->to(Device::cuda());
+    m->to(DType::BFloat16);
+  }
+  ASSERT_TRUE(causal_attention_dropout_fused(Tensor::empty({2, 80, 384}, TensorOptions{}.with_dtype(DType::BFloat16)
+                                                                              .with_device(Device::cuda())),
+                                             2));
+  Tensor xc = x.clone().detach(), xg = x.to(Device::cuda()).to(DType::BFloat16).detach();
+  xc.requires_grad_(true);
+  xg.requires_grad_(true);
+  Tensor yc = cpu->forward(xc), yg = gpu->forward(xg);
+  const double scale = max_abs_diff(yc, zeros_like(yc));
+  EXPECT_LE(max_abs_diff(yc, yg.to(DType::Float32)), 0.03 * scale) << "forward";
+  EXPECT_GE(max_abs_diff(yg.to(DType::Float32), gpu_no_drop->forward(xg.detach()).to(DType::Float32)), 0.2 * scale)
+      << "dropout changed nothing";
+  Generator wgen(5);
+  Tensor w = rand(yc.shape(), wgen, {}, 0.5, 1.5);
+  sum(yc * w).backward();
+  sum(yg * w.to(Device::cuda()).to(DType::BFloat16)).backward();
+  const double gscale = max_abs_diff(xc.grad(), zeros_like(xc.grad()));
+  EXPECT_LE(max_abs_diff(xc.grad(), xg.grad().to(DType::Float32)), 0.03 * gscale) << "input gradient";
+  auto pc = cpu->named_parameters(), pg = gpu->named_parameters();
+  for (size_t i = 0; i < pc.size(); ++i) {
+    const double ps = max_abs_diff(pc[i].second.grad(), zeros_like(pc[i].second.grad()));
+    EXPECT_LE(max_abs_diff(pc[i].second.grad(), pg[i].second.grad().to(DType::Float32)), 0.03 * ps) << pc[i].first;
+  }
+  EXPECT_EQ(g1.offset(), g2.offset()) << "the fused path drew another amount of numbers";
 }
 
 }  // namespace
