@@ -5,10 +5,12 @@
 
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <random>
 #include <string>
 #include <vector>
 
+#include "core/scoped_env.h"
 #include "data/char_text.h"
 #include "data/gpt2_pretokenize.h"
 #include "temp_dir.h"
@@ -181,6 +183,20 @@ TEST(Gpt2Pretokenize, CutsTextAsGpt2sPattern) {
 TEST(Gpt2Tokenizer, RefusesIdsOutsideTheVocabulary) {
   expect_error_containing([] { gpt2().decode({15496, 50257}); }, {"token id 50257", "[0, 50257)"});
   expect_error_containing([] { gpt2().decode({-1}); }, {"token id -1"});
+}
+
+TEST(Gpt2Tokenizer, DptGpt2DirNamesAnotherVocabularyFolder) {
+  const std::string shipped = Gpt2Tokenizer::default_dir();
+  EXPECT_TRUE(std::filesystem::exists(shipped + "/encoder.json")) << shipped;
+  TempDir dir;
+  const std::string elsewhere = dir.file("gpt2");
+  ScopedEnv env("DPT_GPT2_DIR", elsewhere.c_str());
+  EXPECT_EQ(Gpt2Tokenizer::default_dir(), elsewhere);
+  expect_error_containing([] { Gpt2Tokenizer::load(); }, {elsewhere + "/encoder.json"});
+  std::filesystem::create_directories(elsewhere);
+  std::filesystem::copy_file(shipped + "/encoder.json", elsewhere + "/encoder.json");
+  std::filesystem::copy_file(shipped + "/vocab.bpe", elsewhere + "/vocab.bpe");
+  EXPECT_EQ(Gpt2Tokenizer::load().encode("Hello world"), (std::vector<int32_t>{15496, 995}));
 }
 
 TEST(Gpt2Tokenizer, MalformedVocabularyFilesAreRefusedNamingTheFileAndLine) {
