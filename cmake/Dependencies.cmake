@@ -4,6 +4,11 @@ find_package(spdlog REQUIRED)
 find_package(yaml-cpp REQUIRED)
 find_package(Threads REQUIRED)
 find_package(Gloo REQUIRED)
+# GPT-2's tokenizer (data/gpt2_*): its vocabulary file is JSON, its pre-tokenizer needs Unicode's letter
+# and number classes. The command-line tools parse their options with CLI11.
+find_package(nlohmann_json 3 REQUIRED)
+find_package(ICU REQUIRED COMPONENTS uc)
+find_package(CLI11 REQUIRED)
 if(DPT_BUILD_TESTS)
   find_package(GTest REQUIRED)
 endif()

@@ -5,9 +5,11 @@
 # With DPT_SETUP_FUZZ=1, also what scripts/sanitize.sh and scripts/fuzz.sh need (clang, its sanitizer
 # and libFuzzer runtimes, llvm-symbolizer); scripts/test.sh runs both.
 set -euo pipefail
-# gnuplot-nox draws the PNG plots of dpt-bench scaling and scripts/plot-metrics.sh.
+# gnuplot-nox draws the PNG plots of dpt-bench scaling and scripts/plot-metrics.sh. nlohmann-json3-dev
+# (its vocabulary file) and libicu-dev (Unicode letter and number classes) are for GPT-2's tokenizer,
+# libcli11-dev for the options of dpt-generate and dpt-tokenize.
 packages=(build-essential cmake ninja-build pkg-config libeigen3-dev libspdlog-dev libfmt-dev libyaml-cpp-dev
-          libgtest-dev libgloo-dev iproute2 procps gnuplot-nox)
+          libgtest-dev libgloo-dev iproute2 procps gnuplot-nox nlohmann-json3-dev libicu-dev libcli11-dev)
 # DPT_SETUP_FUZZ=1: the distribution's default clang (14 on Debian 12, 18 on Ubuntu 24.04; Ubuntu has
 # these in universe), libclang-rt-dev for libFuzzer and the ASan/UBSan runtimes (clang only recommends
 # it), and llvm for llvm-symbolizer, which turns sanitizer stack traces into file:line.

@@ -187,9 +187,14 @@ std::vector<Field> build_schema() {
           .help = "false: save no checkpoints and resume from none (benchmark runs)");
 
   DPT_KEY(Int, "logging.every", logging.every, .min = 1, .help = "steps between log lines");
-  DPT_KEY(String, "logging.metrics_file", logging.metrics_file, .help = "JSONL metrics; default <dir>/metrics.jsonl");
+  DPT_KEY(String, "logging.metrics_file", logging.metrics_file, .help = "JSONL metrics; default <dir>/metrics.jsonl; a failed write stops the run");
   DPT_KEY(Choice, "logging.level", logging.level, .choices = {"debug", "info", "warn", "error"}, .help = "log level");
   DPT_KEY(Bool, "logging.progress_bar", logging.progress_bar, .help = "progress bar when attached to a terminal");
+  DPT_KEY(Bool, "logging.csv", logging.csv,
+          .help = "also write the metrics as CSV: metrics.csv beside the metrics file, one row per record");
+  DPT_KEY(Bool, "logging.tensorboard", logging.tensorboard,
+          .help = "also write a TensorBoard event file (events.out.tfevents.*) beside the metrics file: train/loss, "
+                  "train/lr, train/grad_norm, train/throughput, val/loss, val/perplexity");
 
   DPT_KEY(Int, "eval.every", eval.every, .min = 0, .help = "steps between evaluations; 0: at the end only");
   DPT_KEY(Int, "eval.batches", eval.batches, .min = 1,

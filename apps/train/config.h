@@ -138,6 +138,8 @@ struct LoggingConfig {
   std::string metrics_file;    // default <checkpoint.dir>/metrics.jsonl
   std::string level = "info";  // debug | info | warn | error
   bool progress_bar = true;    // only when stdout is a terminal
+  bool csv = false;            // also metrics.csv beside the metrics file (metrics_log_csv.h)
+  bool tensorboard = false;    // also a TensorBoard event file beside it (metrics_log_tensorboard.h)
 };
 
 struct EvalConfig {

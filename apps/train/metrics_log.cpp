@@ -2,13 +2,17 @@
 
 #include <unistd.h>
 
+#include <cerrno>
 #include <chrono>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <sstream>
 
 #include "core/error.h"
+#include "metrics_log_csv.h"
+#include "metrics_log_tensorboard.h"
 
 namespace dpt::train {
 
@@ -36,45 +40,82 @@ double now_seconds() {
 
 }  // namespace
 
-MetricsLog::MetricsLog(const std::string& path, int64_t keep_through_step) : path_(path) {
-  const fs::path p(path);
+RecordFile::RecordFile(std::string path, int64_t keep_through_step,
+                       const std::function<int64_t(const std::string&)>& step_of, const std::string& header)
+    : path_(std::move(path)) {
+  const fs::path p(path_);
   if (p.has_parent_path()) fs::create_directories(p.parent_path());
-  std::string kept;
-  if (keep_through_step > 0 && fs::exists(p)) {
-    std::ifstream in(path);
+  std::string kept = header.empty() ? "" : header + "\n";
+  // Only a regular file is read back: a device such as /dev/full would never end.
+  if (keep_through_step > 0 && fs::is_regular_file(p)) {
+    std::ifstream in(path_);
     for (std::string line; std::getline(in, line);) {
-      if (!line.empty() && step_of(line) <= keep_through_step) kept += line + "\n";
+      if (!line.empty() && line != header && step_of(line) <= keep_through_step) kept += line + "\n";
     }
   }
-  file_ = std::fopen(path.c_str(), "w");
-  DPT_CHECK(file_ != nullptr, "cannot write the metrics file '{}' (logging.metrics_file)", path);
-  std::fputs(kept.c_str(), file_);
-  std::fflush(file_);
+  file_ = std::fopen(path_.c_str(), "w");
+  DPT_CHECK(file_ != nullptr, "cannot write the metrics file '{}': {}", path_, std::strerror(errno));
+  if (!kept.empty()) write_line(kept.substr(0, kept.size() - 1));
 }
 
-MetricsLog::~MetricsLog() {
+RecordFile::~RecordFile() {
   if (file_) std::fclose(file_);
 }
 
-void MetricsLog::write_line(const std::string& line) {
-  std::fputs(line.c_str(), file_);
-  std::fputc('\n', file_);
-  std::fflush(file_);  // a reader (plot, test, tail -f) sees every record as soon as it is logged
+void RecordFile::write_line(const std::string& line) {
+  const bool ok = std::fputs(line.c_str(), file_) >= 0 && std::fputc('\n', file_) != EOF && std::fflush(file_) == 0;
+  DPT_CHECK(ok, "cannot write the metrics file '{}': {}", path_, std::strerror(errno));
+}
+
+namespace {
+
+class JsonlSink : public MetricsSink {
+ public:
+  JsonlSink(const std::string& path, int64_t keep_through_step) : file_(path, keep_through_step, step_of) {}
+
+  void train(const TrainRecord& r) override {
+    file_.write_line(fmt::format(
+        "{{\"type\": \"train\", \"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
+        "\"step_ms\": {:.3f}, \"throughput\": {:.1f}, \"throughput_per_gpu\": {:.1f}, "
+        "\"unit\": \"{}\", \"mfu\": {}, \"elapsed_s\": {:.3f}, \"skipped\": {}{}}}",
+        r.step, number(r.loss), number(r.lr), number(r.grad_norm), r.step_ms, r.throughput, r.throughput_per_gpu,
+        r.unit, r.mfu < 0 ? "null" : fmt::format("{:.4f}", r.mfu), r.elapsed_s, r.skipped ? "true" : "false",
+        r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", number(r.loss_scale)) : ""));
+  }
+
+  void eval(const EvalRecord& r) override {
+    file_.write_line(fmt::format(
+        "{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}, \"best_val_loss\": {}, \"best_step\": {}{}}}", r.step,
+        number(r.val_loss), number(r.best_val_loss), r.best_step,
+        r.perplexity >= 0 ? fmt::format(", \"val_perplexity\": {}", number(r.perplexity)) : ""));
+  }
+
+ private:
+  RecordFile file_;
+};
+
+}  // namespace
+
+MetricsLog::MetricsLog(const LoggingConfig& logging, int64_t keep_through_step, bool language_model)
+    : language_model_(language_model) {
+  sinks_.push_back(std::make_unique<JsonlSink>(logging.metrics_file, keep_through_step));
+  const fs::path dir = fs::path(logging.metrics_file).parent_path();
+  if (logging.csv) sinks_.push_back(make_csv_sink((dir / "metrics.csv").string(), keep_through_step));
+  if (logging.tensorboard) sinks_.push_back(make_tensorboard_sink(dir.string(), keep_through_step));
 }
 
 void MetricsLog::train(const TrainRecord& r) {
-  write_line(fmt::format(
-      "{{\"type\": \"train\", \"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
-      "\"step_ms\": {:.3f}, \"throughput\": {:.1f}, \"throughput_per_gpu\": {:.1f}, "
-      "\"unit\": \"{}\", \"mfu\": {}, \"elapsed_s\": {:.3f}, \"skipped\": {}{}}}",
-      r.step, number(r.loss), number(r.lr), number(r.grad_norm), r.step_ms, r.throughput, r.throughput_per_gpu, r.unit,
-      r.mfu < 0 ? "null" : fmt::format("{:.4f}", r.mfu), r.elapsed_s, r.skipped ? "true" : "false",
-      r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", number(r.loss_scale)) : ""));
+  for (auto& sink : sinks_) sink->train(r);
 }
 
 void MetricsLog::eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step) {
-  write_line(fmt::format("{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}, \"best_val_loss\": {}, \"best_step\": {}}}",
-                         step, number(val_loss), number(best_val_loss), best_step));
+  EvalRecord r;
+  r.step = step;
+  r.val_loss = val_loss;
+  r.best_val_loss = best_val_loss;
+  r.best_step = best_step;
+  if (language_model_) r.perplexity = std::exp(val_loss);
+  for (auto& sink : sinks_) sink->eval(r);
 }
 
 std::string human_count(double v) {

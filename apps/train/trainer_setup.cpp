@@ -342,7 +342,7 @@ void Trainer::open_run_dir() {
   // From here on a stop signal ends the run after a step, with a checkpoint (apps/train/stop_signal.h).
   defer_stop_signals();
   if (!is_main()) return;
-  metrics_ = std::make_unique<MetricsLog>(config_.logging.metrics_file, start_step_);
+  metrics_ = std::make_unique<MetricsLog>(config_.logging, start_step_, model_->is_gpt());
   progress_ = std::make_unique<ProgressBar>(config_.logging.progress_bar && stdout_is_terminal(), total_steps_);
 }
 
