@@ -29,6 +29,7 @@
 #include "optim/grad_clip.h"
 #include "stop_signal.h"
 #include "text_sample.h"
+#include "vocab_metadata.h"
 
 namespace dpt::train {
 
@@ -137,6 +138,10 @@ double Trainer::evaluate() {
   return sum_over_ranks({local})[0] / env_.world_size;
 }
 
+std::string Trainer::perplexity_text(double val_loss) const {
+  return model_->is_gpt() ? fmt::format(", perplexity {:.2f}", std::exp(val_loss)) : "";
+}
+
 void Trainer::record_eval(int64_t step, double val) {
   if (!std::isfinite(val)) return;
   if (val < best_val_loss_) {
@@ -146,8 +151,10 @@ void Trainer::record_eval(int64_t step, double val) {
   if (!is_main()) return;
   metrics_->eval(step, val, best_val_loss_, best_val_step_);
   progress_->clear();
-  if (step < total_steps_) spdlog::info("step {}: validation loss {:.4f} (best {:.4f} at step {})", step, val,
-                                        best_val_loss_, best_val_step_);
+  if (step < total_steps_) {
+    spdlog::info("step {}: validation loss {:.4f}{} (best {:.4f} at step {})", step, val, perplexity_text(val),
+                 best_val_loss_, best_val_step_);
+  }
 }
 
 std::string Trainer::save(int64_t step) {
@@ -181,6 +188,8 @@ std::string Trainer::save(int64_t step) {
                 {"train.grad_accum", std::to_string(config_.training.grad_accum)},
                 {"train.model", model_->description()},
                 {"train.config_file", config_.source_file}};
+    // A character model's vocabulary, so its checkpoints decode without the text (dpt-generate).
+    if (data_.vocab) ts.extra[kCharVocabKey] = encode_char_vocab(*data_.vocab);
     if (const optim::LossScaler* scaler = mixed_->loss_scaler()) {
       ts.extra["train.loss_scale"] = fmt::format("{}", scaler->scale());
       ts.extra["train.loss_scale_growth"] = std::to_string(scaler->growth_tracker());
@@ -325,7 +334,8 @@ int Trainer::run() {
   const double val = evaluate();
   record_eval(total_steps_, val);
   if (is_main() && std::isfinite(val)) {
-    spdlog::info("validation loss {:.4f} after {} steps; best {:.4f} at step {}", val, total_steps_, best_val_loss_,
+    spdlog::info("validation loss {:.4f}{} after {} steps; best {:.4f} at step {}", val, perplexity_text(val),
+                 total_steps_, best_val_loss_,
                  best_val_step_);
   }
   if (checkpoints) save(total_steps_);

@@ -108,6 +108,7 @@ class Trainer {
   double best_val_loss_ = std::numeric_limits<double>::infinity();
   int64_t best_val_step_ = -1;
   void record_eval(int64_t step, double val);
+  std::string perplexity_text(double val_loss) const;  // ", perplexity 4.34" for language models
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<ProgressBar> progress_;
   double train_seconds_ = 0;  // time spent in steps since start (for ETA)

@@ -101,16 +101,30 @@ bool listening(int port) {
   return false;
 }
 
+// A rendezvous socket bound (not yet listening) to a free port and inheritable, handed to rank 0 as
+// dpt-run hands it (DPT_STORE_FD): from the moment the port is chosen no other process can take it.
+struct HandedPort {
+  int fd;
+  int port;
+};
+HandedPort hand_over_port() {
+  const int fd = dpt::dist::net::bind_tcp(0, true);
+  ::fcntl(fd, F_SETFD, 0);  // kept across exec
+  return {fd, dpt::dist::net::bound_port(fd)};
+}
+
 // Rank 0 of a two-process job whose rank 1 never comes waits in the rendezvous for distributed.timeout_s
 // (here 10 minutes). SIGTERM there ends it at once instead: there is nothing to save yet.
 TEST(SpecialFiles, SigtermWhileWaitingForOtherRanksEndsTheTrainerAtOnce) {
   ScratchDir dir;
-  const int port = dpt::dist::net::find_free_port();
+  const HandedPort store = hand_over_port();
+  const int port = store.port;
   Child child(trainer("mlp_synthetic.yaml", {"training.device=cpu", "distributed.backend=gloo",
                                              "distributed.timeout_s=600", "checkpoint.dir=" + dir.file("run")}),
               dir.file("log"),
               {"RANK=0", "WORLD_SIZE=2", "LOCAL_RANK=0", "LOCAL_WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-               "MASTER_PORT=" + std::to_string(port)});
+               "MASTER_PORT=" + std::to_string(port), "DPT_STORE_FD=" + std::to_string(store.fd)});
+  ::close(store.fd);
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (!listening(port) && std::chrono::steady_clock::now() < deadline) {
     std::this_thread::sleep_for(std::chrono::milliseconds(10));
@@ -130,7 +144,8 @@ TEST(SpecialFiles, SigtermWhileWaitingForOtherRanksEndsTheTrainerAtOnce) {
 // sent together may arrive as one.)
 TEST(SpecialFiles, ASecondStopSignalEndsATrainerStuckInAStep) {
   ScratchDir dir;
-  const int port = dpt::dist::net::find_free_port();
+  const HandedPort store = hand_over_port();
+  const int port = store.port;
   const auto args =
       trainer("mlp_synthetic.yaml",
               {"training.device=cpu", "distributed.backend=gloo", "distributed.timeout_s=600", "training.steps=1000000",
@@ -140,7 +155,10 @@ TEST(SpecialFiles, ASecondStopSignalEndsATrainerStuckInAStep) {
         "RANK=" + std::to_string(rank), "WORLD_SIZE=2",          "LOCAL_RANK=" + std::to_string(rank),
         "LOCAL_WORLD_SIZE=2",           "MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + std::to_string(port)};
   };
-  Child rank0(args, dir.file("rank0.log"), env(0));
+  std::vector<std::string> env0 = env(0);
+  env0.push_back("DPT_STORE_FD=" + std::to_string(store.fd));
+  Child rank0(args, dir.file("rank0.log"), env0);
+  ::close(store.fd);
   Child rank1(args, dir.file("rank1.log"), env(1));
   const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(60);
   while (read_text(dir.file("run/metrics.jsonl")).find("\"step\": 3,") == std::string::npos &&
