@@ -14,8 +14,11 @@
 #
 # A build error does not stop the run: everything that still builds is built and tested, and the
 # summary says the build was incomplete.
-# Run from anywhere in the checkout. The C++ dependencies the GPU machines lack (Eigen, spdlog, fmt,
-# yaml-cpp, GoogleTest, Gloo) are Debian packages unpacked into .deps/ (see the GPU notes). Builds into
+# Run from anywhere in the checkout. The C++ dependencies the GPU machines lack are Debian packages
+# unpacked into .deps/: libeigen3-dev libspdlog-dev libspdlog1.10 libfmt-dev libfmt9 libyaml-cpp-dev
+# libyaml-cpp0.7 libgtest-dev libgloo-dev libgloo0 libhiredis0.14 libibverbs1 libnl-3-200 libnl-route-3-200
+# libcli11-dev nlohmann-json3-dev libicu-dev libicu72 (static archives other than GoogleTest's may be left
+# out: they are not linked). Builds into
 # build-gpu/ (or $DPT_BUILD_DIR) with every core; logs go to $OUT (if set) or the build directory.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
