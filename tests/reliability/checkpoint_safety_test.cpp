@@ -31,21 +31,16 @@ using dpt::reliability::Child;
 using dpt::reliability::Finished;
 using dpt::reliability::kBin;
 using dpt::reliability::ScratchDir;
+using dpt::reliability::step_dir;
 using dpt::train::test_util::read_metrics;
 using dpt::train::test_util::read_text;
 using dpt::train::test_util::snapshot;
 using dpt::train::test_util::train_records;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 const std::string kConfig = DPT_SOURCE_DIR "/configs/mlp_synthetic.yaml";
 constexpr double kLimit = 120;  // seconds: far above what any run here needs; only catches hangs
 
-std::string step_dir(const std::string& run, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
-  return (fs::path(run) / name).string();
-}
 
 // The run of the report: 20 steps, a checkpoint every 5, all ten kept.
 std::vector<std::string> run_args(const std::string& run, int64_t steps) {

@@ -16,7 +16,6 @@ using dpt::reliability::Finished;
 using dpt::reliability::kBin;
 using dpt::reliability::ScratchDir;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 const std::string kWorker = kBin + "dpt_test_fault_worker";
 constexpr double kLimit = 90;  // seconds: only catches hangs

@@ -26,7 +26,6 @@ using dpt::reliability::kBin;
 using dpt::reliability::ScratchDir;
 using dpt::train::estimate_training_memory;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 constexpr double kLimit = 120;  // seconds: only catches hangs
 

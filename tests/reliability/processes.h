@@ -8,6 +8,8 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -16,7 +18,17 @@
 #include <thread>
 #include <vector>
 
+// A check that `text` contains `part`, printing the whole text when it does not.
+#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
+
 namespace dpt::reliability {
+
+// Where dpt-train saves the checkpoint of `step` in run directory `run` ("run/step_00000020").
+inline std::string step_dir(const std::string& run, int64_t step) {
+  char name[32];
+  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
+  return (std::filesystem::path(run) / name).string();
+}
 
 inline const std::string kBin = DPT_BINARY_DIR "/bin/";
 

@@ -31,7 +31,6 @@ using dpt::reliability::rendezvous_port;
 using dpt::reliability::ScratchDir;
 namespace net = dpt::dist::net;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 const std::string kWorker = kBin + "dpt_test_fault_worker";
 constexpr double kLimit = 90;  // seconds: only catches hangs

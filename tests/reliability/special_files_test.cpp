@@ -31,7 +31,6 @@ using dpt::reliability::ScratchDir;
 using dpt::train::test_util::read_text;
 using dpt::train::test_util::snapshot;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 constexpr double kLimit = 120;  // seconds: only catches hangs (the old trainer blocked here forever)
 

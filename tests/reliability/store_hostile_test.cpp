@@ -28,6 +28,7 @@
 #include "distributed/store.h"
 #include "distributed/store_protocol.h"
 #include "distributed/tcp_store_server.h"
+#include "processes.h"
 
 namespace dpt::dist {
 namespace {
@@ -35,7 +36,6 @@ namespace {
 using namespace std::chrono_literals;
 namespace wire = store_wire;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 // Failure bounds only: every wait below ends as soon as its condition holds.
 constexpr auto kLimit = 30s;

@@ -30,19 +30,14 @@ using dpt::reliability::Child;
 using dpt::reliability::Finished;
 using dpt::reliability::kBin;
 using dpt::reliability::ScratchDir;
+using dpt::reliability::step_dir;
 using dpt::train::test_util::read_metrics;
 using dpt::train::test_util::train_records;
 
-#define EXPECT_CONTAINS(text, part) EXPECT_NE((text).find(part), std::string::npos) << (text)
 
 const std::string kConfig = DPT_SOURCE_DIR "/configs/mlp_synthetic.yaml";
 constexpr double kLimit = 240;  // seconds: far above what any run here needs; only catches hangs
 
-std::string step_dir(const std::string& run, int64_t step) {
-  char name[32];
-  std::snprintf(name, sizeof(name), "step_%08lld", static_cast<long long>(step));
-  return (fs::path(run) / name).string();
-}
 
 // dpt-run (nproc workers, `extra` launcher flags) over dpt-train with `overrides`.
 std::vector<std::string> train_argv(int nproc, const std::vector<std::string>& extra,
