@@ -16,6 +16,7 @@
 #include "core/autograd.h"
 #include "core/crc32c.h"
 #include "core/error.h"
+#include "core/regular_file.h"
 
 namespace dpt {
 
@@ -455,15 +456,6 @@ class AtomicFile {
   bool committed_ = false;
 };
 
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a regular file";
-}
-
 struct Entry {
   std::string name;
   DType dtype;
@@ -712,14 +704,10 @@ void save_safetensors(const std::string& path, const NamedTensors& tensors, cons
 }
 
 SafetensorsContents load_safetensors(const std::string& path) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular file is refused below.
-  int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  DPT_CHECK(fd >= 0, "cannot open safetensors file '{}': {}", path, errno_text());
+  const RegularFile opened = open_regular_file(path, "safetensors file");
+  int fd = opened.fd;
   std::unique_ptr<int, void (*)(int*)> closer(&fd, [](int* f) { ::close(*f); });
-  struct stat st {};
-  DPT_CHECK(::fstat(fd, &st) == 0, "stat '{}': {}", path, errno_text());
-  DPT_CHECK(S_ISREG(st.st_mode), "safetensors file '{}' is {}, not a regular file", path, file_kind(st.st_mode));
-  uint64_t file_size = static_cast<uint64_t>(st.st_size);
+  uint64_t file_size = static_cast<uint64_t>(opened.size);
 
   // 1. Header length: present, sane, and inside the file.
   DPT_DAMAGED_CHECK(file_size >= 8, "safetensors file '{}' is {} bytes, too short for the 8-byte header length", path,

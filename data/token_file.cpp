@@ -12,6 +12,7 @@
 #include <fstream>
 
 #include "core/error.h"
+#include "core/regular_file.h"
 #include "data/counter_random.h"
 
 namespace dpt::data {
@@ -26,15 +27,6 @@ constexpr uint64_t kStreamNoiseToken = 203;
 // Only a file carrying it, or one whose tokens are exactly what the generator makes, is ever rewritten.
 constexpr int32_t kSyntheticMarker = 0x53545044;  // "DPTS" in the file's little-endian bytes
 constexpr int32_t kSyntheticVersion = 1;
-
-const char* file_kind(mode_t mode) {
-  if (S_ISDIR(mode)) return "a directory";
-  if (S_ISFIFO(mode)) return "a FIFO";
-  if (S_ISSOCK(mode)) return "a socket";
-  if (S_ISCHR(mode)) return "a character device";
-  if (S_ISBLK(mode)) return "a block device";
-  return "not a regular file";
-}
 
 void write_tokens(const std::string& path, const std::vector<uint16_t>& tokens, const std::vector<int32_t>& reserved) {
   DPT_CHECK(tokens.size() <= static_cast<size_t>(INT32_MAX), "write_token_file '{}': {} tokens exceed the int32 count",
@@ -69,13 +61,7 @@ std::vector<int32_t> synthetic_header(int64_t vocab_size, uint64_t seed) {
 // The first header ints of `path` (fewer when the file is shorter), read without blocking; throws naming
 // the path when it cannot be read or is not a regular file.
 std::vector<int32_t> read_header_ints(const std::string& path, size_t count) {
-  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  DPT_CHECK(fd >= 0, "'{}': cannot open: {}", path, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    DPT_FAIL("'{}' is {}", path, file_kind(st.st_mode));
-  }
+  const int fd = open_regular_file(path, "file").fd;
   std::vector<int32_t> ints(count, 0);
   const ssize_t got = ::pread(fd, ints.data(), count * sizeof(int32_t), 0);
   const int err = errno;
@@ -87,15 +73,9 @@ std::vector<int32_t> read_header_ints(const std::string& path, size_t count) {
 }  // namespace
 
 TokenFile::TokenFile(std::string path) : path_(std::move(path)) {
-  // O_NONBLOCK: opening a FIFO must not wait for a writer; anything but a regular file is refused.
-  int fd = ::open(path_.c_str(), O_RDONLY | O_CLOEXEC | O_NONBLOCK);
-  DPT_CHECK(fd >= 0, "token file '{}': cannot open: {}", path_, std::strerror(errno));
-  struct stat st {};
-  if (::fstat(fd, &st) != 0 || !S_ISREG(st.st_mode)) {
-    ::close(fd);
-    DPT_FAIL("token file '{}' is {}, not a regular file", path_, file_kind(st.st_mode));
-  }
-  const auto file_bytes = static_cast<int64_t>(st.st_size);
+  const RegularFile opened = open_regular_file(path_, "token file");
+  const int fd = opened.fd;
+  const int64_t file_bytes = opened.size;
   if (file_bytes < kTokenFileHeaderBytes) {
     ::close(fd);
     DPT_FAIL("token file '{}': {} bytes, shorter than the {}-byte header (256 int32); truncated or not a token file",
