@@ -53,6 +53,8 @@ RecordFile::RecordFile(std::string path, int64_t keep_through_step,
       if (!line.empty() && line != header && step_of(line) <= keep_through_step) kept += line + "\n";
     }
   }
+  // Opening a FIFO for writing would wait for a reader, for good.
+  DPT_CHECK(!fs::is_fifo(p), "the metrics file '{}' is a FIFO: metrics go to a regular file (or /dev/null)", path_);
   file_ = std::fopen(path_.c_str(), "w");
   DPT_CHECK(file_ != nullptr, "cannot write the metrics file '{}': {}", path_, std::strerror(errno));
   if (!kept.empty()) write_line(kept.substr(0, kept.size() - 1));

@@ -60,6 +60,19 @@ TEST(SpecialFiles, AFifoAsTheTokenFileIsRefusedWithoutBlocking) {
   EXPECT_FALSE(fs::exists(dir.file("run/metrics.jsonl"))) << f.output;
 }
 
+TEST(SpecialFiles, AFifoAsTheMetricsFileIsRefusedWithoutBlocking) {
+  ScratchDir dir;
+  const std::string fifo = dir.file("metrics.jsonl");
+  ASSERT_EQ(::mkfifo(fifo.c_str(), 0600), 0);
+  Child child(trainer("mlp_synthetic.yaml", {"training.device=cpu", "training.steps=2", "schedule.warmup_steps=1",
+                                             "logging.metrics_file=" + fifo, "checkpoint.dir=" + dir.file("run")}),
+              dir.file("log"));
+  Finished f = child.wait(kLimit);
+  ASSERT_FALSE(f.hung) << "dpt-train blocked opening a FIFO:\n" << f.output;
+  EXPECT_EQ(f.exit_code, 1) << f.output;
+  EXPECT_CONTAINS(f.output, "the metrics file '" + fifo + "' is a FIFO");
+}
+
 TEST(SpecialFiles, AFifoAsACheckpointFileIsRefusedWithoutBlockingAndNothingChanges) {
   ScratchDir dir;
   const std::string run = dir.file("run");
