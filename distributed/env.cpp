@@ -145,7 +145,8 @@ DistEnv parse_dist_env(const EnvLookup& lookup) {
   DPT_CHECK(e.restart_count >= 0, "DPT_RESTART_COUNT must be >= 0, found {}", e.restart_count);
 
   if (get(lookup, "RANK") || get(lookup, "WORLD_SIZE")) {
-    e.source = "torchrun";
+    // The same variables from either launcher; only dpt-run sets DPT_MAX_RESTARTS.
+    e.source = get(lookup, "DPT_MAX_RESTARTS") ? "dpt-run" : "torchrun";
     e.rank = required_int(lookup, "RANK", "WORLD_SIZE");
     e.world_size = required_int(lookup, "WORLD_SIZE", "RANK");
     e.local_rank = optional_int(lookup, "LOCAL_RANK", e.world_size == 1 ? 0 : -1);

@@ -181,6 +181,10 @@ pid_t spawn(const LaunchConfig& c, int local_rank, int attempt, int out_fd, int 
   set_env("DPT_RESTART_COUNT", std::to_string(attempt));
   set_env("DPT_MAX_RESTARTS", std::to_string(c.max_restarts));
   if (!c.job_id.empty()) set_env("DPT_JOB_ID", c.job_id);
+  // torchrun's names for the same, for programs written against it.
+  set_env("TORCHELASTIC_RESTART_COUNT", std::to_string(attempt));
+  set_env("TORCHELASTIC_MAX_RESTARTS", std::to_string(c.max_restarts));
+  if (!c.job_id.empty()) set_env("TORCHELASTIC_RUN_ID", c.job_id);
   // Rank 0 gets the rendezvous socket this launcher bound (it stays open here across restarts, so no
   // other program can take the port in between); nobody else inherits it.
   ::unsetenv("DPT_STORE_FD");

@@ -15,6 +15,7 @@
 #include <sys/random.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdio>
 #include <cstdlib>
@@ -22,17 +23,21 @@
 #include <filesystem>
 #include <string>
 
+#include "core/cuda_runtime.h"
 #include "distributed/socket.h"
 #include "launcher.h"
 
 namespace {
 
 constexpr const char* kUsage =
-    "usage: dpt-run --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]\n"
-    "               [--rdzv-id ID] [--max-restarts K] [--standalone] [--grace-period SECONDS]\n"
-    "               [--heartbeat-timeout SECONDS] -- PROGRAM ARGS...\n"
+    "usage: dpt-run --nproc-per-node N|gpu|auto|cpu [--nnodes M --node-rank R --master-addr A --master-port P]\n"
+    "               [--rdzv-endpoint HOST:PORT] [--rdzv-id ID] [--max-restarts K] [--standalone]\n"
+    "               [--grace-period SECONDS] [--heartbeat-timeout SECONDS] -- PROGRAM ARGS...\n"
+    "  --nproc-per-node  processes on this node: a number, gpu (one per visible GPU), cpu (one per core), or\n"
+    "                    auto (gpu when there is a GPU, else cpu), as torchrun counts them\n"
     "  --standalone      single node; rendezvous on a free port of localhost\n"
     "  --master-port P   the rendezvous port; 0 on node 0 picks a free one and prints it\n"
+    "  --rdzv-endpoint HOST:PORT  the same as --master-addr HOST --master-port PORT (torchrun's spelling)\n"
     "  --rdzv-id ID      the job's id, the same on every node (default: $DPT_JOB_ID; else random on one\n"
     "                    node, the srun step's id on several); the store refuses ranks of other jobs\n"
     "  --max-restarts K  restart the whole worker group up to K times after a failure (default 0)\n"
@@ -51,6 +56,18 @@ int parse_int(const std::string& flag, const std::string& value, int min, int ma
     usage_error(flag + " expects an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "], got '" +
                 value + "'");
   return static_cast<int>(v);
+}
+
+// --nproc-per-node: a count, or torchrun's gpu | cpu | auto.
+int processes_per_node(const std::string& flag, const std::string& value) {
+  const int gpus = value == "gpu" || value == "auto" ? dpt::cuda::device_count() : 0;
+  if (value == "gpu") {
+    if (gpus == 0) usage_error(flag + " gpu: no GPU is visible");
+    return gpus;
+  }
+  if (value == "cpu" || (value == "auto" && gpus == 0)) return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
+  if (value == "auto") return gpus;
+  return parse_int(flag, value, 1, 4096);
 }
 
 double parse_seconds(const std::string& flag, const std::string& value, double min) {
@@ -149,7 +166,7 @@ int main(int argc, char** argv) {
       usage_error("expected an option or '--' before the program, got '" + arg + "'");
     }
     if (arg == "--nproc-per-node" || arg == "--nproc_per_node") {
-      config.nproc_per_node = parse_int(arg, value, 1, 4096);
+      config.nproc_per_node = processes_per_node(arg, value);
     } else if (arg == "--nnodes") {
       config.nnodes = parse_int(arg, value, 1, 1 << 20);
     } else if (arg == "--node-rank" || arg == "--node_rank") {
@@ -160,6 +177,12 @@ int main(int argc, char** argv) {
     } else if (arg == "--master-port" || arg == "--master_port") {
       config.master_port = parse_int(arg, value, 0, 65535);
       have_port = true;
+    } else if (arg == "--rdzv-endpoint" || arg == "--rdzv_endpoint") {
+      const auto colon = value.rfind(':');
+      if (colon == std::string::npos || colon == 0) usage_error("--rdzv-endpoint expects HOST:PORT, got '" + value + "'");
+      config.master_addr = value.substr(0, colon);
+      config.master_port = parse_int(arg + " port", value.substr(colon + 1), 0, 65535);
+      have_addr = have_port = true;
     } else if (arg == "--rdzv-id" || arg == "--rdzv_id") {
       if (value.empty() || value.size() > 256) usage_error("--rdzv-id expects 1 to 256 characters");
       rdzv_id = value;

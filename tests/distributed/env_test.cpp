@@ -56,6 +56,13 @@ TEST(DistEnv, TorchrunVariables) {
   EXPECT_EQ(e.restart_count, 2);
 }
 
+// dpt-run sets the same variables plus its own DPT_MAX_RESTARTS: the run's banner names the real launcher.
+TEST(DistEnv, TheVariablesOfDptRunAreNamedForIt) {
+  auto e = parse({{"RANK", "1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "1"}, {"DPT_MAX_RESTARTS", "0"}});
+  EXPECT_EQ(e.source, "dpt-run");
+  EXPECT_EQ(e.rank, 1);
+}
+
 TEST(DistEnv, TorchrunErrorsNameTheVariable) {
   EXPECT_NE(error_of({{"RANK", "1"}}).find("WORLD_SIZE is not set"), std::string::npos);
   EXPECT_NE(error_of({{"RANK", "x1"}, {"WORLD_SIZE", "2"}, {"LOCAL_RANK", "0"}}).find("RANK must be an integer, found 'x1'"),

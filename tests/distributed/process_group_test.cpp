@@ -153,6 +153,18 @@ TEST(DptRun, GivesWorkersTheTorchrunEnvironment) {
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_CONTAINS(r.output, "[2]: R=2 L=0 W=4 LW=2 G=1 A=10.9.8.7 P=1234 C=0 NVLS=0 OMP=1\n");
   EXPECT_CONTAINS(r.output, "[3]: R=3 L=1 W=4 LW=2 G=1 A=10.9.8.7 P=1234 C=0 NVLS=0 OMP=1\n");
+  // torchrun's spellings: the rendezvous endpoint, its restart and run-id variables, the count by device.
+  auto torchrun = run("--nproc-per-node cpu --nnodes 2 --node-rank 1 --rdzv-endpoint 10.9.8.7:1234 --rdzv-id job7 "
+                      "-- sh -c 'echo A=$MASTER_ADDR P=$MASTER_PORT T=$TORCHELASTIC_RESTART_COUNT "
+                      "I=$TORCHELASTIC_RUN_ID LW=$LOCAL_WORLD_SIZE'");
+  EXPECT_EQ(torchrun.exit_code, 0) << torchrun.output;
+  const long cores = ::sysconf(_SC_NPROCESSORS_ONLN);
+  EXPECT_CONTAINS(torchrun.output, "A=10.9.8.7 P=1234 T=0 I=job7 LW=" + std::to_string(cores) + "\n");
+  if (dpt::cuda::device_count() == 0) {
+    EXPECT_EQ(run("--standalone --nproc-per-node gpu -- true").exit_code, 2);
+    auto cpu = run("--standalone --nproc-per-node auto -- sh -c 'echo LW=$LOCAL_WORLD_SIZE'");
+    EXPECT_CONTAINS(cpu.output, "LW=" + std::to_string(cores) + "\n");
+  }
   // The user's own settings win.
   auto kept = run("--standalone --nproc-per-node 1 -- sh -c 'echo NVLS=$NCCL_NVLS_ENABLE OMP=$OMP_NUM_THREADS'",
                   "env NCCL_NVLS_ENABLE=1 OMP_NUM_THREADS=8");
@@ -241,6 +253,8 @@ TEST(DptRun, RejectsBadCommandLines) {
   EXPECT_EQ(run("--nproc-per-node 0 -- true").exit_code, 2);
   EXPECT_EQ(run("--nnodes 2 --node-rank 2 -- true").exit_code, 2);
   EXPECT_EQ(run("--standalone --master-port 5 -- true").exit_code, 2);
+  EXPECT_EQ(run("--nproc-per-node many -- true").exit_code, 2);
+  EXPECT_EQ(run("--rdzv-endpoint 10.0.0.1 -- true").exit_code, 2);
   auto r = run("--standalone --nproc-per-node 1 -- /nonexistent/program");
   EXPECT_EQ(r.exit_code, 127) << r.output;
   EXPECT_CONTAINS(r.output, "cannot execute '/nonexistent/program'");
