@@ -30,6 +30,7 @@ namespace fs = std::filesystem;
 using dpt::reliability::Child;
 using dpt::reliability::Finished;
 using dpt::reliability::kBin;
+using dpt::reliability::reachable_by_others;
 using dpt::reliability::ScratchDir;
 using dpt::reliability::step_dir;
 using dpt::train::test_util::read_metrics;
@@ -110,16 +111,6 @@ TEST(CheckpointSafety, UnreadableCheckpointsStopTheRunAndNothingIsDeletedOrTrunc
   EXPECT_CONTAINS(f.output, "nothing in '" + run + "' was changed");
   EXPECT_EQ(snapshot(run), before);  // metrics.jsonl and every checkpoint file, byte for byte
   for (int64_t s : {5, 10, 15, 20}) EXPECT_TRUE(fs::is_directory(step_dir(run, s) + "/checkpoint.model.safetensors"));
-}
-
-// True when a user with no privileges can reach `path`: it and every directory above it have the
-// others-execute bit.
-bool reachable_by_others(const fs::path& path) {
-  for (fs::path p = fs::absolute(path);; p = p.parent_path()) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return false;
-    if (p == p.root_path()) return true;
-  }
 }
 
 TEST(CheckpointSafety, ACheckpointWithoutReadPermissionStopsTheRunAndNothingChanges) {

@@ -4,6 +4,7 @@
 // killed and reported as hung, so a test fails instead of hanging the suite).
 #include <fcntl.h>
 #include <signal.h>
+#include <sys/stat.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -22,6 +23,16 @@
 #define EXPECT_CONTAINS(text, part) EXPECT_NE(std::string(text).find(part), std::string::npos) << (text)
 
 namespace dpt::reliability {
+
+// True when a user with no privileges and no group in common can reach `path`: it and every directory on
+// the way have the others-execute bit (tests that run a program as another user need this).
+inline bool reachable_by_others(const std::filesystem::path& path) {
+  for (std::filesystem::path p = std::filesystem::absolute(path);; p = p.parent_path()) {
+    struct stat st {};
+    if (::stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return false;
+    if (p == p.root_path()) return true;
+  }
+}
 
 // Where dpt-train saves the checkpoint of `step` in run directory `run` ("run/step_00000020").
 inline std::string step_dir(const std::string& run, int64_t step) {

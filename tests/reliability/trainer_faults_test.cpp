@@ -29,6 +29,7 @@ namespace fs = std::filesystem;
 using dpt::reliability::Child;
 using dpt::reliability::Finished;
 using dpt::reliability::kBin;
+using dpt::reliability::reachable_by_others;
 using dpt::reliability::ScratchDir;
 using dpt::reliability::step_dir;
 using dpt::train::test_util::read_metrics;
@@ -176,16 +177,6 @@ TEST(TrainerFaults, ADiskThatFillsUpDuringACheckpointIsAClearErrorAndThePrevious
   EXPECT_CONTAINS(f.output, run);
   expect_loadable(step_dir(run, 100), 100);
   EXPECT_FALSE(fs::exists(step_dir(run, 200))) << f.output;
-}
-
-// True when a user with no privileges and no group in common can reach `path`: it and every directory on
-// the way have the others-execute bit.
-bool reachable_by_others(const fs::path& path) {
-  for (fs::path p = fs::absolute(path);; p = p.parent_path()) {
-    struct stat st {};
-    if (::stat(p.c_str(), &st) != 0 || (st.st_mode & S_IXOTH) == 0) return false;
-    if (p == p.root_path()) return true;
-  }
 }
 
 TEST(TrainerFaults, ACheckpointDirectoryThatBecomesUnwritableIsAClearErrorAndThePreviousCheckpointStays) {
