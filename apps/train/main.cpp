@@ -1,6 +1,6 @@
 // dpt-train: trains the model a YAML config describes, on the CPU, one GPU, or one process per GPU
 // under dpt-run (or srun / mpirun).
-//   dpt-train --config configs/mlp_synthetic.yaml [--set key.path=value ...]
+//   dpt-train --config configs/mlp_synthetic.yaml [--set key.path=value ...] [key.path=value ...]
 //   dpt-train --config FILE --print-config     (the resolved config, every key)
 //   dpt-train --config-reference               (every key, its type, default and meaning)
 // Exit codes: 0 done; 1 error (one message on stderr, nothing overwritten); 2 usage; 128 + signal when
@@ -14,6 +14,7 @@
 #include <string>
 #include <vector>
 
+#include "command_line.h"
 #include "config.h"
 #include "distributed/env.h"
 #include "distributed/socket.h"
@@ -21,14 +22,6 @@
 #include "trainer.h"
 
 namespace {
-
-int usage(const char* program, int code) {
-  std::fprintf(code == 0 ? stdout : stderr,
-               "usage: %s --config FILE.yaml [--set key.path=value ...] [--print-config]\n"
-               "       %s --config-reference   (every key, its type, default and meaning)\n",
-               program, program);
-  return code;
-}
 
 // Rank 0 logs at the configured level; the others only warnings and errors. Every line names the rank
 // when there are several.
@@ -40,44 +33,52 @@ void setup_logging(const dpt::train::Config& config, const dpt::dist::DistEnv& e
   spdlog::set_level(level);
 }
 
+// A bare argument is an override only with its '=': anything else is a mistyped option or file.
+const CLI::Validator kBareOverride(
+    [](std::string& text) {
+      return text.find('=') == std::string::npos ? "'" + text + "' is not an override key.path=value" : std::string();
+    },
+    "");
+
+// The command line's overrides, --set ones and bare ones, in the order given: a later one wins.
+std::vector<std::string> overrides_in_order(const CLI::App& app, const CLI::Option* set, const CLI::Option* bare) {
+  std::vector<std::string> out;
+  size_t next_set = 0, next_bare = 0;
+  for (const CLI::Option* option : app.parse_order()) {
+    if (option == set) out.push_back(set->results()[next_set++]);
+    if (option == bare) out.push_back(bare->results()[next_bare++]);
+  }
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string config_path;
-  std::vector<std::string> overrides;
   bool print_config = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    auto value = [&](const char* flag) -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dpt-train: %s needs a value\n", flag);
-        std::exit(usage(argv[0], 2));
-      }
-      return argv[++i];
-    };
-    if (arg == "--config" || arg == "-c") {
-      config_path = value("--config");
-    } else if (arg.rfind("--config=", 0) == 0) {
-      config_path = arg.substr(9);
-    } else if (arg == "--set") {
-      overrides.push_back(value("--set"));
-    } else if (arg.rfind("--set=", 0) == 0) {
-      overrides.push_back(arg.substr(6));
-    } else if (arg == "--print-config") {
-      print_config = true;
-    } else if (arg == "--config-reference") {
-      std::cout << dpt::train::config_reference();
-      return 0;
-    } else if (arg == "--help" || arg == "-h") {
-      return usage(argv[0], 0);
-    } else if (arg.find('=') != std::string::npos && arg.rfind("-", 0) != 0) {
-      overrides.push_back(arg);  // Hydra style: bare key.path=value
-    } else {
-      std::fprintf(stderr, "dpt-train: unknown argument '%s'\n", arg.c_str());
-      return usage(argv[0], 2);
-    }
+  bool config_reference = false;
+  CLI::App app{"Trains the model a YAML config describes, on the CPU, one GPU, or one process per GPU under dpt-run.",
+               "dpt-train"};
+  app.add_option("--config,-c", config_path, "the run's YAML config");
+  std::vector<std::string> set_overrides, bare_overrides;  // in order, from overrides_in_order
+  CLI::Option* set = app.add_option("--set", set_overrides, "override one key: key.path=value (Hydra: +key adds, ++key sets)")
+                         ->type_name("KEY=VALUE")
+                         ->allow_extra_args(false);
+  CLI::Option* bare = app.add_option("overrides", bare_overrides, "the same as --set, Hydra style: key.path=value, +key=v, ++key=v")
+                          ->type_name("KEY=VALUE")
+                          ->check(kBareOverride);
+  app.add_flag("--print-config", print_config, "print the resolved config, every key, and exit");
+  app.add_flag("--config-reference", config_reference, "print every key, its type, default and meaning, and exit");
+  dpt::cli::set_examples(app, {"dpt-train --config configs/mlp_synthetic.yaml",
+                               "dpt-train -c configs/char_gpt.yaml training.steps=200 --set optim.lr=1e-3",
+                               "dpt-run --standalone --nproc-per-node 2 -- dpt-train -c configs/char_gpt.yaml"});
+  if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
+  if (config_reference) {
+    std::cout << dpt::train::config_reference();
+    return 0;
   }
-  if (config_path.empty()) return usage(argv[0], 2);
+  if (config_path.empty()) dpt::cli::usage_error("dpt-train", "--config is required");
+  const std::vector<std::string> overrides = overrides_in_order(app, set, bare);
   int rank = 0;
   try {
     dpt::train::Config config = dpt::train::load_config(config_path, overrides);
