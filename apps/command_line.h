@@ -2,7 +2,9 @@
 // What every dptrain program's command line has in common (CLI11): a short description and a few
 // examples under --help; exit code 0 after --help and 2 after a usage error, with CLI11's message on
 // stderr naming the option and the value it refused. CLI11 converts numbers strictly: an integer option
-// refuses "1e3", "12x" and "3.0", a float option refuses "abc"; kFinite also refuses nan and inf.
+// refuses "1e3", "12x" and "3.0", a float option refuses "abc"; number_in also refuses nan and inf.
+#include <spdlog/fmt/fmt.h>
+
 #include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdio>
@@ -39,13 +41,16 @@ inline std::optional<int> parse(CLI::App& app, int argc, char** argv) {
   std::exit(kUsageError);
 }
 
-// A finite number: CLI11 converts "nan" and "inf" into a float option like any other number.
-inline const CLI::Validator kFinite(
-    [](std::string& text) {
-      double value = 0;
-      if (!CLI::detail::lexical_cast(text, value)) return "'" + text + "' is not a number";
-      return std::isfinite(value) ? std::string() : "'" + text + "' is not a finite number";
-    },
-    "FINITE");
+// A number in [min, max], nan and inf refused (a float option takes them from CLI11 otherwise).
+inline CLI::Validator number_in(double min, double max) {
+  return CLI::Validator(
+      [min, max](std::string& text) {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || std::isnan(value)) return "'" + text + "' is not a number";
+        if (value < min || value > max) return fmt::format("{} is outside [{}, {}]", text, min, max);
+        return std::string();
+      },
+      fmt::format("in [{}, {}]", min, max));
+}
 
 }  // namespace dpt::cli

@@ -1,8 +1,9 @@
 // dpt-run: starts the workers of a data-parallel job on this node, the way torchrun does.
 //
-//   dpt-run --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P]
-//           [--rdzv-id ID] [--max-restarts K] [--standalone] [--grace-period S] [--heartbeat-timeout S]
-//           -- PROGRAM ARGS...
+//   dpt-run --nproc-per-node N|gpu|cpu|auto [--nnodes M --node-rank R --master-addr A --master-port P]
+//           [--rdzv-endpoint HOST:PORT] [--rdzv-id ID] [--max-restarts K] [--standalone]
+//           [--grace-period S] [--heartbeat-timeout S] [--] PROGRAM ARGS...
+// torchrun's underscore spellings (--nproc_per_node, --master_port, ...) are accepted too.
 //
 // Each worker gets RANK, LOCAL_RANK, GROUP_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE, MASTER_ADDR, MASTER_PORT,
 // DPT_JOB_ID and DPT_RESTART_COUNT; every output line is prefixed with "[rank]: ". On node 0 dpt-run
@@ -25,58 +26,37 @@
 
 #include "core/cuda_runtime.h"
 #include "distributed/socket.h"
+#include "command_line.h"
 #include "launcher.h"
 
 namespace {
 
-constexpr const char* kUsage =
-    "usage: dpt-run --nproc-per-node N|gpu|auto|cpu [--nnodes M --node-rank R --master-addr A --master-port P]\n"
-    "               [--rdzv-endpoint HOST:PORT] [--rdzv-id ID] [--max-restarts K] [--standalone]\n"
-    "               [--grace-period SECONDS] [--heartbeat-timeout SECONDS] -- PROGRAM ARGS...\n"
-    "  --nproc-per-node  processes on this node: a number, gpu (one per visible GPU), cpu (one per core), or\n"
-    "                    auto (gpu when there is a GPU, else cpu), as torchrun counts them\n"
-    "  --standalone      single node; rendezvous on a free port of localhost\n"
-    "  --master-port P   the rendezvous port; 0 on node 0 picks a free one and prints it\n"
-    "  --rdzv-endpoint HOST:PORT  the same as --master-addr HOST --master-port PORT (torchrun's spelling)\n"
-    "  --rdzv-id ID      the job's id, the same on every node (default: $DPT_JOB_ID; else random on one\n"
-    "                    node, the srun step's id on several); the store refuses ranks of other jobs\n"
-    "  --max-restarts K  restart the whole worker group up to K times after a failure (default 0)\n"
-    "  --grace-period S  seconds between SIGTERM and SIGKILL when stopping workers (default 5)\n"
-    "  --heartbeat-timeout S  a worker silent this long is named as stalled (default 30, at least 3)\n";
-
-[[noreturn]] void usage_error(const std::string& message) {
-  std::fprintf(stderr, "dpt-run: %s\n%s", message.c_str(), kUsage);
-  std::exit(2);
-}
-
-int parse_int(const std::string& flag, const std::string& value, int min, int max) {
-  char* end = nullptr;
-  long v = std::strtol(value.c_str(), &end, 10);
-  if (value.empty() || *end != '\0' || v < min || v > max)
-    usage_error(flag + " expects an integer in [" + std::to_string(min) + ", " + std::to_string(max) + "], got '" +
-                value + "'");
-  return static_cast<int>(v);
-}
+[[noreturn]] void usage_error(const std::string& message) { dpt::cli::usage_error("dpt-run", message); }
 
 // --nproc-per-node: a count, or torchrun's gpu | cpu | auto.
-int processes_per_node(const std::string& flag, const std::string& value) {
+int processes_per_node(const std::string& value) {
   const int gpus = value == "gpu" || value == "auto" ? dpt::cuda::device_count() : 0;
   if (value == "gpu") {
-    if (gpus == 0) usage_error(flag + " gpu: no GPU is visible");
+    if (gpus == 0) usage_error("--nproc-per-node gpu: no GPU is visible");
     return gpus;
   }
   if (value == "cpu" || (value == "auto" && gpus == 0)) return static_cast<int>(std::max(1L, ::sysconf(_SC_NPROCESSORS_ONLN)));
   if (value == "auto") return gpus;
-  return parse_int(flag, value, 1, 4096);
+  int count = 0;
+  if (!CLI::detail::lexical_cast(value, count) || count < 1 || count > 4096)
+    usage_error("--nproc-per-node expects gpu, cpu, auto or an integer in [1, 4096], got '" + value + "'");
+  return count;
 }
 
-double parse_seconds(const std::string& flag, const std::string& value, double min) {
-  char* end = nullptr;
-  double v = std::strtod(value.c_str(), &end);
-  if (value.empty() || *end != '\0' || !(v >= min))
-    usage_error(flag + " expects a number of seconds >= " + std::to_string(static_cast<int>(min)) + ", got '" + value +
-                "'");
-  return v;
+// torchrun's --rdzv-endpoint HOST:PORT.
+void set_endpoint(const std::string& value, dpt::run::LaunchConfig& config) {
+  const auto colon = value.rfind(':');
+  int port = -1;
+  if (colon == std::string::npos || colon == 0 || !CLI::detail::lexical_cast(value.substr(colon + 1), port) ||
+      port < 0 || port > 65535)
+    usage_error("--rdzv-endpoint expects HOST:PORT with a port in [0, 65535], got '" + value + "'");
+  config.master_addr = value.substr(0, colon);
+  config.master_port = port;
 }
 
 std::string env_or_empty(const char* name) {
@@ -135,69 +115,66 @@ std::string first_line(const std::string& text) {
 
 int main(int argc, char** argv) {
   dpt::run::LaunchConfig config;
+  std::string nproc = "1", endpoint, rdzv_id;
   bool standalone = false;
-  bool have_addr = false, have_port = false;
-  std::string rdzv_id;
-  int i = 1;
-  for (; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--") {
-      ++i;
-      break;
-    }
-    if (arg == "-h" || arg == "--help") {
-      std::fputs(kUsage, stdout);
-      return 0;
-    }
-    if (arg == "--standalone") {
-      standalone = true;
-      continue;
-    }
-    // Accept both "--flag value" and "--flag=value".
-    std::string value;
-    auto eq = arg.find('=');
-    if (arg.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = arg.substr(eq + 1);
-      arg = arg.substr(0, eq);
-    } else if (arg.rfind("--", 0) == 0) {
-      if (i + 1 >= argc) usage_error(arg + " needs a value");
-      value = argv[++i];
-    } else {
-      usage_error("expected an option or '--' before the program, got '" + arg + "'");
-    }
-    if (arg == "--nproc-per-node" || arg == "--nproc_per_node") {
-      config.nproc_per_node = processes_per_node(arg, value);
-    } else if (arg == "--nnodes") {
-      config.nnodes = parse_int(arg, value, 1, 1 << 20);
-    } else if (arg == "--node-rank" || arg == "--node_rank") {
-      config.node_rank = parse_int(arg, value, 0, 1 << 20);
-    } else if (arg == "--master-addr" || arg == "--master_addr") {
-      config.master_addr = value;
-      have_addr = true;
-    } else if (arg == "--master-port" || arg == "--master_port") {
-      config.master_port = parse_int(arg, value, 0, 65535);
-      have_port = true;
-    } else if (arg == "--rdzv-endpoint" || arg == "--rdzv_endpoint") {
-      const auto colon = value.rfind(':');
-      if (colon == std::string::npos || colon == 0) usage_error("--rdzv-endpoint expects HOST:PORT, got '" + value + "'");
-      config.master_addr = value.substr(0, colon);
-      config.master_port = parse_int(arg + " port", value.substr(colon + 1), 0, 65535);
-      have_addr = have_port = true;
-    } else if (arg == "--rdzv-id" || arg == "--rdzv_id") {
-      if (value.empty() || value.size() > 256) usage_error("--rdzv-id expects 1 to 256 characters");
-      rdzv_id = value;
-    } else if (arg == "--max-restarts" || arg == "--max_restarts") {
-      config.max_restarts = parse_int(arg, value, 0, 1000000);
-    } else if (arg == "--grace-period") {
-      config.grace_period_s = parse_seconds(arg, value, 0);
-    } else if (arg == "--heartbeat-timeout") {
-      config.heartbeat_timeout_s = parse_seconds(arg, value, 3);
-    } else {
-      usage_error("unknown option " + arg);
-    }
+  CLI::App app{"Starts the workers of a data-parallel job on this node, the way torchrun does: each gets RANK, "
+               "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT...; a failed worker stops the group, which is "
+               "restarted up to --max-restarts times.\n"
+               "The program and its arguments follow the options (after '--', or at the first argument that is "
+               "not an option).",
+               "dpt-run"};
+  app.add_option("--nproc-per-node,--nproc_per_node", nproc,
+                 "processes on this node: a number, gpu (one per visible GPU), cpu (one per core), or auto (gpu "
+                 "when there is a GPU, else cpu), as torchrun counts them")
+      ->type_name("N|gpu|cpu|auto")
+      ->capture_default_str();
+  app.add_option("--nnodes", config.nnodes, "nodes of the job")->check(CLI::Range(1, 1 << 20))->capture_default_str();
+  app.add_option("--node-rank,--node_rank", config.node_rank, "this node's index")
+      ->check(CLI::Range(0, 1 << 20))
+      ->capture_default_str();
+  CLI::Option* addr = app.add_option("--master-addr,--master_addr", config.master_addr, "node 0's address")
+                          ->capture_default_str();
+  CLI::Option* port = app.add_option("--master-port,--master_port", config.master_port,
+                                     "the rendezvous port; 0 on node 0 picks a free one and prints it")
+                          ->check(CLI::Range(0, 65535))
+                          ->capture_default_str();
+  CLI::Option* rdzv = app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint,
+                                     "the same as --master-addr HOST --master-port PORT (torchrun's spelling)")
+                          ->type_name("HOST:PORT");
+  CLI::Option* id = app.add_option("--rdzv-id,--rdzv_id", rdzv_id,
+                 "the job's id, the same on every node (default: $DPT_JOB_ID; else random on one node, the srun "
+                 "step's id on several); the store refuses ranks of other jobs");
+  app.add_flag("--standalone", standalone, "single node; rendezvous on a free port of localhost");
+  app.add_option("--max-restarts,--max_restarts", config.max_restarts,
+                 "restart the whole worker group up to K times after a failure")
+      ->check(CLI::Range(0, 1000000))
+      ->capture_default_str();
+  app.add_option("--grace-period", config.grace_period_s, "seconds between SIGTERM and SIGKILL when stopping workers")
+      ->check(dpt::cli::number_in(0, 1e9))
+      ->capture_default_str();
+  app.add_option("--heartbeat-timeout", config.heartbeat_timeout_s,
+                 "a worker silent this many seconds is named as stalled (at least 3)")
+      ->check(dpt::cli::number_in(3, 1e9))
+      ->capture_default_str();
+  // Everything from the program on is the workers' command line, as torchrun takes its script and args.
+  app.prefix_command();
+  dpt::cli::set_examples(app, {"dpt-run --standalone --nproc-per-node 2 -- dpt-train -c configs/char_gpt.yaml",
+                               "dpt-run --nnodes 2 --node-rank 0 --nproc-per-node gpu --rdzv-endpoint head:29500 "
+                               "--rdzv-id job7 dpt-train -c configs/gpt2.yaml",
+                               "dpt-run --standalone --nproc_per_node=4 --max-restarts 3 -- ./my_worker --flag"});
+  if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
+  config.command = app.remaining();
+  if (!config.command.empty() && config.command.front() == "--") {
+    config.command.erase(config.command.begin());
+  } else if (!config.command.empty() && config.command.front().rfind('-', 0) == 0) {
+    usage_error("unknown option " + config.command.front() + " (a program's own options go after '--')");
   }
-  for (; i < argc; ++i) config.command.push_back(argv[i]);
   if (config.command.empty()) usage_error("no program given (put it after '--')");
+  if (id->count() > 0 && (rdzv_id.empty() || rdzv_id.size() > 256))
+    usage_error("--rdzv-id expects 1 to 256 characters");
+  config.nproc_per_node = processes_per_node(nproc);
+  if (!endpoint.empty()) set_endpoint(endpoint, config);
+  const bool have_addr = addr->count() > 0 || rdzv->count() > 0, have_port = port->count() > 0 || rdzv->count() > 0;
   if (config.node_rank >= config.nnodes)
     usage_error("--node-rank " + std::to_string(config.node_rank) + " must be below --nnodes " +
                 std::to_string(config.nnodes));
