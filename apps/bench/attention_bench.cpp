@@ -11,10 +11,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <functional>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "command_line.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
@@ -39,62 +41,11 @@ struct Options {
   bool cpu = false;
 };
 
-void usage() {
-  std::printf(
-      "usage: dpt-bench attention [--batch 16] [--heads 12] [--seq 1024] [--dim 64] [--dtype bf16|f32]\n"
-      "                           [--warmup 5] [--iters 20] [--impl mma,wmma,simt] [--check] [--cpu]\n"
-      "Times the fused causal attention forward and backward (median of --iters after --warmup runs,\n"
-      "CUDA events) for each implementation in --impl and prints ms and TFLOP/s per phase. --check also\n"
-      "compares output and gradients with the composed path in float32 (exit code 1 beyond 2e-2).\n");
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      DPT_CHECK(i + 1 < argc, "dpt-bench attention: {} needs a value", a);
-      return argv[++i];
-    };
-    if (a == "--batch") {
-      o.batch = std::stoll(value());
-    } else if (a == "--heads") {
-      o.heads = std::stoll(value());
-    } else if (a == "--seq") {
-      o.seq = std::stoll(value());
-    } else if (a == "--dim") {
-      o.dim = std::stoll(value());
-    } else if (a == "--dtype") {
-      const std::string d = value();
-      DPT_CHECK(d == "bf16" || d == "f32", "dpt-bench attention: --dtype must be bf16 or f32, found '{}'", d);
-      o.dtype = d == "bf16" ? DType::BFloat16 : DType::Float32;
-    } else if (a == "--warmup") {
-      o.warmup = std::stoi(value());
-    } else if (a == "--iters") {
-      o.iters = std::stoi(value());
-    } else if (a == "--impl") {
-      o.impls = split_commas(value());
-      for (const auto& impl : o.impls) {
-        DPT_CHECK(impl == "mma" || impl == "wmma" || impl == "simt",
-                  "dpt-bench attention: --impl takes mma, wmma or simt, found '{}'", impl);
-      }
-    } else if (a == "--check") {
-      o.check = true;
-    } else if (a == "--cpu") {
-      o.cpu = true;
-    } else if (a == "--help" || a == "-h") {
-      usage();
-      std::exit(0);
-    } else {
-      DPT_FAIL("dpt-bench attention: unknown option '{}' (see --help)", a);
-    }
-  }
-  DPT_CHECK(o.iters > 0 && o.warmup >= 0 && o.batch > 0 && o.heads > 0 && o.seq > 0 && !o.impls.empty(),
-            "dpt-bench attention: need positive --batch, --heads, --seq, --iters, --warmup >= 0 and an --impl");
+// The options checked together (each alone was checked while parsing).
+void check_options(const Options& o) {
   DPT_CHECK(fused_causal_attention_supported(o.dtype, o.dim),
             "dpt-bench attention: no fused kernel for {} with head size {} (32, 64 or 128)", dtype_name(o.dtype),
             o.dim);
-  return o;
 }
 
 // max |a - b| / max |b| over all elements.
@@ -121,8 +72,8 @@ Grads forward_backward(F&& attention, const Tensor& q, const Tensor& k, const Te
   return {out, ql.grad(), kl.grad(), vl.grad()};
 }
 
-int run_attention_bench(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+int run_attention_bench(const Options& o) {
+  check_options(o);
   const bool gpu = !o.cpu && cuda::is_available();
   const Device device = gpu ? Device::cuda(0) : Device::cpu();
   const TensorOptions opts = TensorOptions{}.with_dtype(o.dtype).with_device(device);
@@ -191,9 +142,36 @@ int run_attention_bench(int argc, char** argv) {
   return status;
 }
 
+SubcommandRun setup_attention_bench(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto dtype = std::make_shared<std::string>("bf16");
+  app.add_option("--batch", o->batch, "sequences")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--heads", o->heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq", o->seq, "tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dim", o->dim, "head size: 32, 64 or 128")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dtype", *dtype, "element type")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  app.add_option("--warmup", o->warmup, "untimed runs")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--iters", o->iters, "timed runs (the median is reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--impl", o->impls, "implementations to time")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"mma", "wmma", "simt"}))
+      ->capture_default_str();
+  app.add_flag("--check", o->check, "compare output and gradients with the composed path in float32 (exit 1 beyond 2e-2)");
+  app.add_flag("--cpu", o->cpu, "run on the CPU even when there is a GPU");
+  cli::set_examples(app, {"dpt-bench attention", "dpt-bench attention --impl mma --seq 2048 --check",
+                          "dpt-bench attention --dtype f32 --dim 128 --impl simt"});
+  return [o, dtype] {
+    o->dtype = *dtype == "bf16" ? DType::BFloat16 : DType::Float32;
+    return run_attention_bench(*o);
+  };
+}
+
 }  // namespace
-}  // namespace dpt::bench
 
 DPT_BENCH_SUBCOMMAND(attention,
                      "fused causal attention kernels: forward and backward ms and TFLOP/s per implementation",
-                     [](int argc, char** argv) { return dpt::bench::run_attention_bench(argc, argv); });
+                     setup_attention_bench);
+
+}  // namespace dpt::bench

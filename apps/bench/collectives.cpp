@@ -24,10 +24,12 @@
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
+#include "command_line.h"
 #include "core/bfloat16.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -71,56 +73,6 @@ int64_t parse_bytes(const std::string& text) {
   else DPT_CHECK(suffix.empty() || suffix == "B", "size '{}': expected a number with optional K, M or G", text);
   DPT_CHECK(v > 0, "size '{}' must be positive", text);
   return static_cast<int64_t>(v * static_cast<double>(mult));
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string arg = argv[i];
-    if (arg == "--help" || arg == "-h") {
-      std::printf(
-          "dpt-bench collectives [--backend nccl|gloo] [--ops allreduce,allgather,reduce_scatter,broadcast]\n"
-          "    [--min-bytes 1K] [--max-bytes 1G] [--step-factor 2|4] [--dtype f32|bf16] [--warmup 5]\n"
-          "    [--iters 20] [--async-op on|off] [--csv FILE]        (run under dpt-run)\n");
-      std::exit(0);
-    }
-    DPT_CHECK(i + 1 < argc, "option {} needs a value", arg);
-    std::string v = argv[++i];
-    if (arg == "--backend") {
-      DPT_CHECK(v == "nccl" || v == "gloo", "--backend must be nccl or gloo, found '{}'", v);
-      o.backend = v;
-    } else if (arg == "--ops") {
-      o.ops = split_commas(v);
-      for (const auto& op : o.ops)
-        DPT_CHECK(op == "allreduce" || op == "allgather" || op == "reduce_scatter" || op == "broadcast" ||
-                      op == "average_ce",
-                  "--ops: unknown collective '{}' (allreduce, allgather, reduce_scatter, broadcast, average_ce)", op);
-    } else if (arg == "--min-bytes") {
-      o.min_bytes = parse_bytes(v);
-    } else if (arg == "--max-bytes") {
-      o.max_bytes = parse_bytes(v);
-    } else if (arg == "--step-factor") {
-      o.step_factor = std::stoll(v);
-      DPT_CHECK(o.step_factor >= 2, "--step-factor must be >= 2, found {}", o.step_factor);
-    } else if (arg == "--dtype") {
-      o.dtype = parse_dtype(v);
-      DPT_CHECK(o.dtype == DType::Float32 || o.dtype == DType::BFloat16, "--dtype must be f32 or bf16, found '{}'", v);
-    } else if (arg == "--warmup") {
-      o.warmup = std::stoi(v);
-    } else if (arg == "--iters") {
-      o.iters = std::stoi(v);
-      DPT_CHECK(o.iters >= 1, "--iters must be >= 1");
-    } else if (arg == "--async-op") {
-      DPT_CHECK(v == "on" || v == "off", "--async-op must be on or off, found '{}'", v);
-      o.async_op = v == "on";
-    } else if (arg == "--csv") {
-      o.csv = v;
-    } else {
-      DPT_FAIL("unknown option {}", arg);
-    }
-  }
-  DPT_CHECK(o.min_bytes <= o.max_bytes, "--min-bytes {} is above --max-bytes {}", o.min_bytes, o.max_bytes);
-  return o;
 }
 
 double bus_factor(const std::string& op, int n) {
@@ -308,8 +260,8 @@ class Bench {
   Device device_;
 };
 
-int run_collectives(int argc, char** argv) {
-  Options o = parse(argc, argv);
+int run_collectives(const Options& options) {
+  Options o = options;
   auto env = dist::read_dist_env();
   if (o.backend.empty()) o.backend = cuda::is_available() ? "nccl" : "gloo";
   Device device = Device::cpu();
@@ -362,9 +314,58 @@ int run_collectives(int argc, char** argv) {
   return all_ok ? 0 : 1;
 }
 
+// The collectives --ops may name.
+const std::vector<std::string> kOps = {"allreduce", "allgather", "reduce_scatter", "broadcast", "average_ce"};
+
+// A size: a positive number of bytes with an optional K, M or G (KiB, MiB, GiB).
+const CLI::Validator kBytes(
+    [](std::string& text) {
+      try {
+        parse_bytes(text);
+        return std::string();
+      } catch (const std::exception& e) {
+        return std::string(e.what());
+      }
+    },
+    "SIZE");
+
+SubcommandRun setup_collectives(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto min_bytes = std::make_shared<std::string>("1K"), max_bytes = std::make_shared<std::string>("1G");
+  auto dtype = std::make_shared<std::string>("f32"), async_op = std::make_shared<std::string>("off");
+  app.add_option("--backend", o->backend, "nccl or gloo (default: nccl when a GPU is present, else gloo)")
+      ->check(CLI::IsMember({"nccl", "gloo"}));
+  app.add_option("--ops", o->ops, "collectives to time")->delimiter(',')->check(CLI::IsMember(kOps))->capture_default_str();
+  app.add_option("--min-bytes", *min_bytes, "smallest buffer")->check(kBytes)->capture_default_str();
+  app.add_option("--max-bytes", *max_bytes, "largest buffer")->check(kBytes)->capture_default_str();
+  app.add_option("--step-factor", o->step_factor, "each size is the previous one times this")
+      ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
+      ->capture_default_str();
+  app.add_option("--dtype", *dtype, "element type")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
+  app.add_option("--warmup", o->warmup, "untimed runs per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--iters", o->iters, "timed runs per size (the median is reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--async-op", *async_op, "on: time on the communication stream, as async_op=True")
+      ->check(CLI::IsMember({"on", "off"}))
+      ->capture_default_str();
+  app.add_option("--csv", o->csv, "also write the rows to this CSV file");
+  cli::set_examples(app, {"dpt-run --standalone --nproc-per-node 8 -- dpt-bench collectives --backend nccl",
+                          "dpt-run --standalone --nproc-per-node 2 -- dpt-bench collectives --backend gloo "
+                          "--ops allreduce --max-bytes 16M --csv gloo.csv"});
+  return [o, min_bytes, max_bytes, dtype, async_op] {
+    o->min_bytes = parse_bytes(*min_bytes);
+    o->max_bytes = parse_bytes(*max_bytes);
+    o->dtype = parse_dtype(*dtype);
+    o->async_op = *async_op == "on";
+    DPT_CHECK(o->min_bytes <= o->max_bytes, "--min-bytes {} is above --max-bytes {}", o->min_bytes, o->max_bytes);
+    return run_collectives(*o);
+  };
+}
+
 }  // namespace
 
 DPT_BENCH_SUBCOMMAND(collectives, "bandwidth and latency of each collective over sizes (like nccl-tests)",
-                     run_collectives);
+                     setup_collectives);
 
 }  // namespace dpt::bench

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "command_line.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
@@ -38,54 +39,9 @@ struct Options {
   bool cpu = false;
 };
 
-void usage() {
-  std::printf(
-      "usage: dpt-bench kernels [--batch 16] [--seq 1024] [--embd 768] [--heads 12] [--dtype bf16|f32]\n"
-      "                         [--warmup 5] [--iters 50] [--peak-gbs 3350] [--only NAME] [--cpu]\n"
-      "Times each memory-bound kernel of a GPT-2 step (median of --iters after --warmup runs; CUDA events\n"
-      "on a GPU) and prints microseconds, GB/s and the memory floor (bytes moved / --peak-gbs).\n");
-}
-
-Options parse(int argc, char** argv) {
-  Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      DPT_CHECK(i + 1 < argc, "dpt-bench kernels: {} needs a value", a);
-      return argv[++i];
-    };
-    if (a == "--batch") {
-      o.batch = std::stoll(value());
-    } else if (a == "--seq") {
-      o.seq = std::stoll(value());
-    } else if (a == "--embd") {
-      o.embd = std::stoll(value());
-    } else if (a == "--heads") {
-      o.heads = std::stoll(value());
-    } else if (a == "--dtype") {
-      const std::string d = value();
-      DPT_CHECK(d == "bf16" || d == "f32", "dpt-bench kernels: --dtype must be bf16 or f32, found '{}'", d);
-      o.dtype = d == "bf16" ? DType::BFloat16 : DType::Float32;
-    } else if (a == "--warmup") {
-      o.warmup = std::stoi(value());
-    } else if (a == "--iters") {
-      o.iters = std::stoi(value());
-    } else if (a == "--peak-gbs") {
-      o.peak_gbs = std::stod(value());
-    } else if (a == "--only") {
-      o.only = value();
-    } else if (a == "--cpu") {
-      o.cpu = true;
-    } else if (a == "--help" || a == "-h") {
-      usage();
-      std::exit(0);
-    } else {
-      DPT_FAIL("dpt-bench kernels: unknown option '{}' (see --help)", a);
-    }
-  }
-  DPT_CHECK(o.iters > 0 && o.warmup >= 0 && o.embd % o.heads == 0,
-            "dpt-bench kernels: need --iters > 0, --warmup >= 0 and --embd a multiple of --heads");
-  return o;
+// The options each case reads, checked together (each alone was checked while parsing).
+void check_options(const Options& o) {
+  DPT_CHECK(o.embd % o.heads == 0, "dpt-bench kernels: --embd {} is not a multiple of --heads {}", o.embd, o.heads);
 }
 
 // "[a, b]" after `prefix`.
@@ -102,8 +58,8 @@ struct Case {
   std::function<void()> run;
 };
 
-int run_kernels_bench(int argc, char** argv) {
-  const Options o = parse(argc, argv);
+int run_kernels_bench(const Options& o) {
+  check_options(o);
   const bool gpu = !o.cpu && cuda::is_available();
   const Device device = gpu ? Device::cuda(0) : Device::cpu();
   const TensorOptions opts = TensorOptions{}.with_dtype(o.dtype).with_device(device);
@@ -229,8 +185,34 @@ int run_kernels_bench(int argc, char** argv) {
   return 0;
 }
 
+SubcommandRun setup_kernels_bench(CLI::App& app) {
+  auto o = std::make_shared<Options>();
+  auto dtype = std::make_shared<std::string>("bf16");
+  app.add_option("--batch", o->batch, "sequences")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--seq", o->seq, "tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--embd", o->embd, "embedding width")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--heads", o->heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--dtype", *dtype, "element type")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
+  app.add_option("--warmup", o->warmup, "untimed runs per case")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--iters", o->iters, "timed runs per case (the median is reported)")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  app.add_option("--peak-gbs", o->peak_gbs, "the device's memory bandwidth (GB/s) for the memory floor")
+      ->check(cli::number_in(1e-3, 1e9))
+      ->capture_default_str();
+  app.add_option("--only", o->only, "run the cases whose name contains this");
+  app.add_flag("--cpu", o->cpu, "run on the CPU even when there is a GPU");
+  cli::set_examples(app, {"dpt-bench kernels", "dpt-bench kernels --only layer_norm --dtype f32",
+                          "dpt-bench kernels --cpu --batch 2 --seq 64 --iters 5"});
+  return [o, dtype] {
+    o->dtype = *dtype == "bf16" ? DType::BFloat16 : DType::Float32;
+    return run_kernels_bench(*o);
+  };
+}
+
 }  // namespace
-}  // namespace dpt::bench
 
 DPT_BENCH_SUBCOMMAND(kernels, "memory-bound kernels of a GPT-2 step at GPT-2 shapes: us, GB/s, memory floor",
-                     [](int argc, char** argv) { return dpt::bench::run_kernels_bench(argc, argv); });
+                     setup_kernels_bench);
+
+}  // namespace dpt::bench

@@ -1,8 +1,10 @@
 // dpt-bench SUBCOMMAND [options]: the project's benchmarks, one subcommand per source file here.
 #include <cstdio>
 #include <exception>
+#include <map>
 #include <string>
 
+#include "command_line.h"
 #include "subcommand.h"
 
 namespace dpt::bench {
@@ -15,25 +17,23 @@ std::map<std::string, Subcommand>& subcommands() {
 }  // namespace dpt::bench
 
 int main(int argc, char** argv) {
-  auto& table = dpt::bench::subcommands();
-  auto usage = [&](FILE* out) {
-    std::fprintf(out, "usage: dpt-bench SUBCOMMAND [options]   (SUBCOMMAND --help for its options)\n");
-    for (const auto& [name, sub] : table) std::fprintf(out, "  %-14s %s\n", name.c_str(), sub.help.c_str());
-  };
-  if (argc < 2 || std::string(argv[1]) == "--help" || std::string(argv[1]) == "-h") {
-    usage(argc < 2 ? stderr : stdout);
-    return argc < 2 ? 2 : 0;
+  CLI::App app{"The project's benchmarks: training throughput, scaling over GPUs, collectives and kernels.",
+               "dpt-bench"};
+  app.require_subcommand(1);
+  std::map<const CLI::App*, dpt::bench::SubcommandRun> runs;
+  for (const auto& [name, sub] : dpt::bench::subcommands()) {
+    CLI::App* command = app.add_subcommand(name, sub.help);
+    runs[command] = sub.setup(*command);
   }
-  auto it = table.find(argv[1]);
-  if (it == table.end()) {
-    std::fprintf(stderr, "dpt-bench: unknown subcommand '%s'\n", argv[1]);
-    usage(stderr);
-    return 2;
-  }
+  dpt::cli::set_examples(app, {"dpt-bench train --workload tiny_gpt --steps 30", "dpt-bench scaling --help",
+                               "dpt-run --nproc-per-node 2 -- dpt-bench collectives --backend nccl"});
+  if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
+  const CLI::App* chosen = app.get_subcommands().front();
   try {
-    return it->second.run(argc - 1, argv + 1);
+    return runs.at(chosen)();
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "dpt-bench %s: error: %s\n", argv[1], e.what());
+    std::fflush(stdout);
+    std::fprintf(stderr, "dpt-bench %s: error: %s\n", chosen->get_name().c_str(), e.what());
     return 1;
   }
 }

@@ -7,12 +7,17 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <sstream>
 #include <string>
 #include <vector>
 
+#include "command_line.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "scaling_model.h"
+#include "subcommand.h"
 
 namespace dpt::bench {
 
@@ -33,42 +38,6 @@ struct Args {
   std::string device = "auto";
 };
 
-std::vector<double> parse_list(const std::string& text) {
-  std::vector<double> out;
-  size_t pos = 0;
-  while (pos <= text.size()) {
-    size_t comma = text.find(',', pos);
-    std::string item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
-    if (!item.empty()) out.push_back(std::stod(item));
-    if (comma == std::string::npos) break;
-    pos = comma + 1;
-  }
-  return out;
-}
-
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 0; i < argc; ++i) {
-    std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      DPT_CHECK(i + 1 < argc, "dpt-bench scaling: {} needs a value", k);
-      return argv[++i];
-    };
-    if (k == "--workload") a.workload = value();
-    else if (k == "--max-gpus") a.max_gpus = std::stoi(value());
-    else if (k == "--precision") a.precision = value();
-    else if (k == "--steps") a.steps = std::stoi(value());
-    else if (k == "--warmup") a.warmup = std::stoi(value());
-    else if (k == "--bucket-sweep") a.bucket_sweep = parse_list(value());
-    else if (k == "--bucket-cap-mb") a.bucket_cap_mb = std::stod(value());
-    else if (k == "--out") a.out = value();
-    else if (k == "--device") a.device = value();
-    else DPT_FAIL("dpt-bench scaling: unknown option '{}' (--workload, --max-gpus, --precision, --steps, --warmup, "
-                  "--bucket-sweep, --bucket-cap-mb, --out, --device)", k);
-  }
-  return a;
-}
-
 std::string self_dir() {
   std::array<char, 4096> buf{};
   ssize_t n = readlink("/proc/self/exe", buf.data(), buf.size() - 1);
@@ -87,17 +56,24 @@ struct Row {
   std::string unit, device;
 };
 
-double json_number(const std::string& line, const std::string& key) {
-  size_t at = line.find("\"" + key + "\":");
-  DPT_CHECK(at != std::string::npos, "dpt-bench scaling: '{}' missing from the train benchmark's output: {}", key, line);
-  return std::stod(line.substr(at + key.size() + 3));
+// The JSON line `dpt-bench train` prints on rank 0: the last line of `output` that is a JSON object
+// whose "system" is dptrain's ("dptrain", or "dptrain+graph" with --cuda-graph in DPT_BENCH_TRAIN_ARGS).
+nlohmann::json train_result(const std::string& output) {
+  nlohmann::json result;
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.empty() || line.front() != '{') continue;
+    nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (parsed.is_object() && parsed.value("system", "").rfind("dptrain", 0) == 0) result = std::move(parsed);
+  }
+  return result;
 }
 
-std::string json_string(const std::string& line, const std::string& key) {
-  size_t at = line.find("\"" + key + "\": \"");
-  if (at == std::string::npos) return "";
-  size_t begin = at + key.size() + 5;
-  return line.substr(begin, line.find('"', begin) - begin);
+double json_number(const nlohmann::json& result, const std::string& key) {
+  const auto it = result.find(key);
+  DPT_CHECK(it != result.end() && it->is_number(), "dpt-bench scaling: '{}' missing from the train benchmark's "
+            "output: {}", key, result.dump());
+  return it->get<double>();
 }
 
 Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
@@ -111,16 +87,12 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
   cmd += " 2>&1";
   std::FILE* pipe = popen(cmd.c_str(), "r");
   DPT_CHECK(pipe != nullptr, "dpt-bench scaling: cannot run {}", cmd);
-  std::string output, json;
+  std::string output;
   std::array<char, 8192> buf{};
-  while (std::fgets(buf.data(), buf.size(), pipe)) {
-    std::string line = buf.data();
-    output += line;
-    // "dptrain", or "dptrain+graph" with --cuda-graph in DPT_BENCH_TRAIN_ARGS.
-    if (line.find("\"system\": \"dptrain") != std::string::npos) json = line;
-  }
+  while (std::fgets(buf.data(), buf.size(), pipe)) output += buf.data();
   int status = pclose(pipe);
-  DPT_CHECK(status == 0 && !json.empty(), "dpt-bench scaling: {} GPU run failed:\n{}", gpus, output);
+  const nlohmann::json json = train_result(output);
+  DPT_CHECK(status == 0 && !json.is_null(), "dpt-bench scaling: {} GPU run failed:\n{}", gpus, output);
   Row r;
   r.gpus = gpus;
   r.bucket_cap_mb = bucket_cap_mb;
@@ -129,9 +101,9 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
   r.comm_ms = json_number(json, "comm_ms");
   r.exposed_ms = json_number(json, "exposed_comm_ms");
   r.grad_bytes = json_number(json, "grad_bytes");
-  r.unit = json_string(json, "unit");
-  r.device = json_string(json, "device");
-  const bool graph = json_string(json, "system") == "dptrain+graph";
+  r.unit = json.value("unit", "");
+  r.device = json.value("device", "");
+  const bool graph = json.value("system", "") == "dptrain+graph";
   std::printf("  %d GPU(s), bucket %.0f MB%s: %.0f %s per GPU, step %.2f ms, comm %.2f ms (exposed %.2f)\n", gpus,
               bucket_cap_mb, graph ? " (CUDA graph)" : "", r.throughput, r.unit.c_str(), r.step_ms, r.comm_ms,
               r.exposed_ms);
@@ -167,10 +139,7 @@ void write_plot(const std::string& out, const std::string& csv, const std::strin
   if (std::system(("gnuplot '" + script + "'").c_str()) == 0) std::printf("plot: %s/scaling.png\n", out.c_str());
 }
 
-}  // namespace
-
-int run_scaling_bench(int argc, char** argv) {
-  Args a = parse(argc, argv);
+int run_scaling_bench(Args a) {
   int available = cuda::is_available() ? cuda::device_count() : 0;
   int max_gpus = a.max_gpus > 0 ? a.max_gpus : std::max(available, 1);
   if (a.device == "auto" && available == 0) a.device = "cpu";
@@ -243,8 +212,36 @@ int run_scaling_bench(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace dpt::bench
+}  // namespace
 
-#include "subcommand.h"
+SubcommandRun setup_scaling_bench(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  app.add_option("--workload", a->workload, "what `dpt-bench train` trains: gpt2_124m, mlp_92m, tiny_gpt, mlp_small")
+      ->capture_default_str();
+  app.add_option("--max-gpus", a->max_gpus, "largest process count (0: every visible GPU)")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  app.add_option("--precision", a->precision, "compute precision")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->capture_default_str();
+  app.add_option("--steps", a->steps, "timed steps per run")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", a->warmup, "untimed steps before them")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--bucket-sweep", a->bucket_sweep, "bucket sizes (MB) swept at the largest count")
+      ->delimiter(',')
+      ->check(cli::number_in(1e-3, 1e6))
+      ->capture_default_str();
+  app.add_option("--bucket-cap-mb", a->bucket_cap_mb, "DDP's bucket size (MB) of the weak-scaling runs")
+      ->check(cli::number_in(1e-3, 1e6))
+      ->capture_default_str();
+  app.add_option("--out", a->out, "folder of scaling.csv, scaling.md and scaling.png")->capture_default_str();
+  app.add_option("--device", a->device, "auto, cpu or cuda")->capture_default_str();
+  cli::set_examples(app, {"dpt-bench scaling --workload gpt2_124m --max-gpus 8 --out results/scaling",
+                          "dpt-bench scaling --workload mlp_small --device cpu --max-gpus 2 --steps 3 --precision fp32",
+                          "DPT_BENCH_TRAIN_ARGS=--cuda-graph dpt-bench scaling --workload tiny_gpt"});
+  return [a] { return run_scaling_bench(*a); };
+}
+
 DPT_BENCH_SUBCOMMAND(scaling, "weak scaling at 1..N GPUs, bucket sweep, step-time model; CSV, Markdown, PNG",
-                     [](int argc, char** argv) { return dpt::bench::run_scaling_bench(argc - 1, argv + 1); });
+                     setup_scaling_bench);
+
+}  // namespace dpt::bench

@@ -5,8 +5,11 @@
 // comm/compute ratio. Writes CSV, a Markdown table and (with gnuplot) a PNG plot, and compares the
 // measurements with a step-time model (measured compute + alpha-beta ring AllReduce, see
 // scaling_model.h) that then predicts larger GPU counts.
+#include "subcommand.h"
+
 namespace dpt::bench {
 
-int run_scaling_bench(int argc, char** argv);
+// Adds the subcommand's options to `app`; returns what runs it.
+SubcommandRun setup_scaling_bench(CLI::App& app);
 
 }  // namespace dpt::bench

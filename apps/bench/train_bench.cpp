@@ -6,9 +6,11 @@
 #include <cstdio>
 #include <cstdlib>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
+#include "command_line.h"
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -88,58 +90,21 @@ struct Args {
   std::string batches = "repeat";  // repeat: one batch for every step; random: a fresh batch each step
 };
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 0; i < argc; ++i) {
-    std::string k = argv[i];
-    auto value = [&]() -> std::string {
-      DPT_CHECK(i + 1 < argc, "dpt-bench train: {} needs a value", k);
-      return argv[++i];
-    };
-    if (k == "--workload") a.workload = value();
-    else if (k == "--steps") a.steps = std::stoi(value());
-    else if (k == "--warmup") a.warmup = std::stoi(value());
-    else if (k == "--precision") a.precision = value();
-    else if (k == "--device") a.device = value();
-    else if (k == "--peak-tflops") a.peak_tflops = std::stod(value());
-    else if (k == "--bucket-cap-mb") a.bucket_cap_mb = std::stod(value());
-    else if (k == "--comm-dtype") a.comm_dtype = value();
-    else if (k == "--overlap-optimizer") a.overlap_optimizer = true;
-    else if (k == "--updates-when-reduced") a.updates_when_reduced = a.overlap_optimizer = true;
-    else if (k == "--unfused-master") a.unfused_master = true;
-    else if (k == "--zero") a.zero = true;
-    else if (k == "--gathered-grads") a.gathered_grads = a.zero = true;
-    else if (k == "--grad-exchange") a.grad_exchange = value();
-    else if (k == "--copy-engines") a.copy_engines = true;
-    else if (k == "--save-start") a.save_start = value();
-    else if (k == "--losses") a.losses = true;
-    else if (k == "--batches") a.batches = value();
-    else if (k == "--held") a.held = true;
-    else if (k == "--cuda-graph") a.cuda_graph = true;
-    else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
-                  "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
-                  "--unfused-master, --zero, --gathered-grads, --grad-exchange, --copy-engines, --save-start, "
-                  "--losses, --batches, --held, --cuda-graph)", k);
-  }
-  DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
+// What the options allow together (each on its own was checked while parsing).
+void check_combinations(const Args& a) {
   DPT_CHECK(!a.copy_engines || (a.zero && !a.gathered_grads),
             "dpt-bench train: --copy-engines moves the sharded buckets of --zero (not --gathered-grads)");
-  DPT_CHECK(a.precision == "bf16" || a.precision == "fp16" || a.precision == "fp32",
-            "dpt-bench train: --precision is bf16, fp16 or fp32, not '{}'", a.precision);
   DPT_CHECK(!(a.zero || a.overlap_optimizer) || (a.precision != "fp16" && !a.unfused_master),
             "dpt-bench train: --zero and --overlap-optimizer update inside backward, from bf16 compute twins or "
             "float32 gradients: not with fp16 (loss scaling) or --unfused-master");
   DPT_CHECK(!a.cuda_graph || a.precision != "fp16", "dpt-bench train: --cuda-graph cannot hold fp16's loss "
             "scaling (it reads the overflow flag on the host every step)");
-  DPT_CHECK(a.batches == "repeat" || a.batches == "random", "dpt-bench train: --batches is repeat or random, not '{}'",
-            a.batches);
   DPT_CHECK(!a.cuda_graph || a.batches == "repeat",
             "dpt-bench train: --cuda-graph replays the batch it captured: not with --batches random");
   DPT_CHECK(!a.cuda_graph || a.warmup >= 1, "dpt-bench train: --cuda-graph needs --warmup 1 or more: the first "
             "step creates library handles and buffers, which a capture cannot");
   DPT_CHECK(!a.zero || a.comm_dtype.empty(), "dpt-bench train: --zero communicates in the gradients' dtype "
             "(no --comm-dtype)");
-  return a;
 }
 
 double now_seconds() {
@@ -148,15 +113,6 @@ double now_seconds() {
 
 // A copy on the CPU in `dtype`, outside autograd.
 Tensor host_copy(const Tensor& t, DType dtype) { return t.detach().to(Device::cpu()).to(dtype); }
-
-// A JSON number; non-finite losses as Python's json module writes them (NaN, Infinity).
-std::string json_number(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "Infinity" : "-Infinity";
-  char buf[32];
-  std::snprintf(buf, sizeof buf, "%.9g", v);
-  return buf;
-}
 
 struct Batch {
   Tensor x, y;
@@ -183,10 +139,8 @@ std::vector<Batch> draw_batches(const Workload& w, int rank, int count, DType co
   return batches;
 }
 
-}  // namespace
-
-int run_train_bench(int argc, char** argv) {
-  Args args = parse(argc, argv);
+int run_train_bench(const Args& args) {
+  check_combinations(args);
   Workload w = workload(args.workload);
   dist::DistEnv env = dist::read_dist_env();
   Device device = args.device == "auto" ? (cuda::is_available() ? Device::cuda(env.local_rank) : Device::cpu())
@@ -413,21 +367,27 @@ int run_train_bench(int argc, char** argv) {
                 "loss %.4f\n",
                 w.name.c_str(), graph ? "(CUDA graph) " : "", args.precision.c_str(), device_name.c_str(),
                 env.world_size, units_per_step / median, w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
-    std::printf("{\"system\": \"%s\", \"workload\": \"%s\", \"precision\": \"%s\", \"device\": \"%s\", "
-                "\"world\": %d, \"params\": %lld, \"step_ms\": %.4f, \"throughput\": %.1f, \"unit\": \"%s\", "
-                "\"mfu\": %.4f, \"peak_mem_gib\": %.3f, \"final_loss\": %.5f, \"comm_ms\": %.4f, "
-                "\"exposed_comm_ms\": %.4f, \"bucket_cap_mb\": %.2f, \"grad_bytes\": %lld",
-                graph ? "dptrain+graph" : "dptrain", w.name.c_str(), args.precision.c_str(), device_name.c_str(),
-                env.world_size, static_cast<long long>(n_params), median * 1e3, units_per_step / median,
-                w.gpt ? "tokens/s" : "samples/s", mfu, peak_gib, final_loss, comm_ms, exposed_ms, args.bucket_cap_mb,
-                static_cast<long long>(n_params) * static_cast<long long>(dtype_size(compute)));
-    if (held_ms > 0) std::printf(", \"held_step_ms\": %.4f", held_ms);
-    if (args.losses) {
-      std::printf(", \"losses\": [");
-      for (size_t i = 0; i < losses.size(); ++i) std::printf("%s%s", i ? ", " : "", json_number(losses[i]).c_str());
-      std::printf("]");
-    }
-    std::printf("}\n");
+    // One JSON line for scripts (scaling, scripts/gpu-*.sh), in the keys' order of bench/pytorch_reference.py's.
+    // A non-finite loss is null (JSON has no NaN).
+    nlohmann::ordered_json result = {{"system", graph ? "dptrain+graph" : "dptrain"},
+                                     {"workload", w.name},
+                                     {"precision", args.precision},
+                                     {"device", device_name},
+                                     {"world", env.world_size},
+                                     {"params", n_params},
+                                     {"step_ms", median * 1e3},
+                                     {"throughput", units_per_step / median},
+                                     {"unit", w.gpt ? "tokens/s" : "samples/s"},
+                                     {"mfu", mfu},
+                                     {"peak_mem_gib", peak_gib},
+                                     {"final_loss", final_loss},
+                                     {"comm_ms", comm_ms},
+                                     {"exposed_comm_ms", exposed_ms},
+                                     {"bucket_cap_mb", args.bucket_cap_mb},
+                                     {"grad_bytes", n_params * static_cast<int64_t>(dtype_size(compute))}};
+    if (held_ms > 0) result["held_step_ms"] = held_ms;
+    if (args.losses) result["losses"] = losses;
+    std::printf("%s\n", result.dump().c_str());
     if (held_ms > 0)
       std::printf("dpt-bench train: GPU time of a step with the host ahead %.3f ms: %.3f ms of the step waited for "
                   "launches\n", held_ms, median * 1e3 - held_ms);
@@ -448,8 +408,47 @@ int run_train_bench(int argc, char** argv) {
   return 0;
 }
 
-}  // namespace dpt::bench
+}  // namespace
 
-#include "subcommand.h"
+SubcommandRun setup_train_bench(CLI::App& app) {
+  auto a = std::make_shared<Args>();
+  app.add_option("--workload", a->workload, "gpt2_124m, mlp_92m, tiny_gpt or mlp_small (seconds on a CPU)")
+      ->capture_default_str();
+  app.add_option("--steps", a->steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--warmup", a->warmup, "untimed steps before them")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--precision", a->precision, "compute precision (float32 masters under bf16 and fp16)")
+      ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
+      ->capture_default_str();
+  app.add_option("--device", a->device, "auto, cpu, cuda or cuda:N")->capture_default_str();
+  app.add_option("--peak-tflops", a->peak_tflops, "the device's peak for MFU (0: from the device's name)")
+      ->check(cli::number_in(0, 1e6));
+  app.add_option("--bucket-cap-mb", a->bucket_cap_mb, "DDP's bucket size (MB)")
+      ->check(cli::number_in(1e-3, 1e6))
+      ->capture_default_str();
+  app.add_option("--comm-dtype", a->comm_dtype, "dtype of DDP's communication (default: the gradients')");
+  app.add_flag("--overlap-optimizer", a->overlap_optimizer, "with DDP: the optimizer step per bucket inside backward");
+  app.add_flag_callback("--updates-when-reduced", [a] { a->updates_when_reduced = a->overlap_optimizer = true; },
+                        "--overlap-optimizer or --zero, updating on DDP's update stream as each bucket is reduced");
+  app.add_flag("--unfused-master", a->unfused_master, "bf16: float32 master gradients and a separate bf16 copy");
+  app.add_flag("--zero", a->zero, "with DDP: ZeRO-1, the optimizer sharded across ranks inside backward");
+  app.add_flag_callback("--gathered-grads", [a] { a->gathered_grads = a->zero = true; },
+                        "ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)");
+  app.add_option("--grad-exchange", a->grad_exchange, "with DDP: nccl, copy_engine or auto")->capture_default_str();
+  app.add_flag("--copy-engines", a->copy_engines, "with --zero: reduce-scatters and all-gathers on the copy engines");
+  app.add_option("--save-start", a->save_start, "write the initial float32 parameters and the batches here (rank 0)");
+  app.add_flag("--losses", a->losses, "print every step's loss, warm-up included, as \"losses\" in the JSON line");
+  app.add_option("--batches", a->batches, "repeat: one batch for every step; random: a fresh batch each step")
+      ->check(CLI::IsMember({"repeat", "random"}))
+      ->capture_default_str();
+  app.add_flag("--held", a->held, "also time steps on a held stream: the GPU time without launch gaps");
+  app.add_flag("--cuda-graph", a->cuda_graph, "capture one step after warm-up and replay it");
+  cli::set_examples(app, {"dpt-bench train --workload gpt2_124m --precision bf16 --steps 50",
+                          "dpt-run --standalone --nproc-per-node 8 -- dpt-bench train --workload gpt2_124m --zero",
+                          "dpt-bench train --workload mlp_small --device cpu --precision fp32 --steps 3 --losses"});
+  return [a] { return run_train_bench(*a); };
+}
+
 DPT_BENCH_SUBCOMMAND(train, "train a benchmark workload for N steps: tokens/s, step time, MFU, peak memory",
-                     [](int argc, char** argv) { return dpt::bench::run_train_bench(argc - 1, argv + 1); });
+                     setup_train_bench);
+
+}  // namespace dpt::bench
