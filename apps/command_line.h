@@ -2,7 +2,7 @@
 // What every dptrain program's command line has in common (CLI11): a short description and a few
 // examples under --help; exit code 0 after --help and 2 after a usage error, with CLI11's message on
 // stderr naming the option and the value it refused. CLI11 converts numbers strictly: an integer option
-// refuses "1e3", "12x" and "3.0", a float option refuses "abc"; number_in also refuses nan and inf.
+// refuses "1e3", "12x" and "3.0", a float option refuses "abc"; number_in and at_least also refuse nan and inf.
 #include <spdlog/fmt/fmt.h>
 
 #include <CLI/CLI.hpp>
@@ -46,11 +46,23 @@ inline CLI::Validator number_in(double min, double max) {
   return CLI::Validator(
       [min, max](std::string& text) {
         double value = 0;
-        if (!CLI::detail::lexical_cast(text, value) || std::isnan(value)) return "'" + text + "' is not a number";
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value)) return "'" + text + "' is not a number";
         if (value < min || value > max) return fmt::format("{} is outside [{}, {}]", text, min, max);
         return std::string();
       },
       fmt::format("in [{}, {}]", min, max));
+}
+
+// A number >= min, nan and inf refused. (CLI11's NonNegativeNumber and PositiveNumber answer "abc" with
+// the range of a double.)
+inline CLI::Validator at_least(double min) {
+  return CLI::Validator(
+      [min](std::string& text) {
+        double value = 0;
+        if (!CLI::detail::lexical_cast(text, value) || !std::isfinite(value)) return "'" + text + "' is not a number";
+        return value < min ? fmt::format("{} is below {}", text, min) : std::string();
+      },
+      fmt::format(">= {}", min));
 }
 
 }  // namespace dpt::cli

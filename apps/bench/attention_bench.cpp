@@ -12,11 +12,13 @@
 #include <cstdlib>
 #include <functional>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "bench_util.h"
 #include "command_line.h"
+#include "json_line.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
@@ -109,13 +111,19 @@ int run_attention_bench(const Options& o) {
     });
     std::printf("  %-5s forward %8.3f ms %7.1f TFLOP/s   backward %8.3f ms %7.1f TFLOP/s   total %8.3f ms\n",
                 impl.c_str(), fwd_ms, fwd_flop / (fwd_ms * 1e9), bwd_ms, bwd_flop / (bwd_ms * 1e9), fwd_ms + bwd_ms);
-    std::printf(
-        "{\"bench\": \"attention\", \"impl\": \"%s\", \"device\": \"%s\", \"b\": %lld, \"h\": %lld, \"t\": "
-        "%lld, \"d\": %lld, \"dtype\": \"%s\", \"forward_ms\": %.4f, \"backward_ms\": %.4f, "
-        "\"forward_tflops\": %.2f, \"backward_tflops\": %.2f}\n",
-        impl.c_str(), device_name.c_str(), static_cast<long long>(o.batch), static_cast<long long>(o.heads),
-        static_cast<long long>(t), static_cast<long long>(d), dtype_name(o.dtype), fwd_ms, bwd_ms,
-        fwd_flop / (fwd_ms * 1e9), bwd_flop / (bwd_ms * 1e9));
+    const nlohmann::ordered_json result = {{"bench", "attention"},
+                                           {"impl", impl},
+                                           {"device", device_name},
+                                           {"b", o.batch},
+                                           {"h", o.heads},
+                                           {"t", t},
+                                           {"d", d},
+                                           {"dtype", dtype_name(o.dtype)},
+                                           {"forward_ms", fwd_ms},
+                                           {"backward_ms", bwd_ms},
+                                           {"forward_tflops", fwd_flop / (fwd_ms * 1e9)},
+                                           {"backward_tflops", bwd_flop / (bwd_ms * 1e9)}};
+    std::printf("%s\n", json_line(result).c_str());
 
     if (o.check) {
       auto fused = [&](const Tensor& a, const Tensor& b, const Tensor& c) { return causal_attention(a, b, c, scale); };
@@ -145,14 +153,14 @@ int run_attention_bench(const Options& o) {
 SubcommandRun setup_attention_bench(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto dtype = std::make_shared<std::string>("bf16");
-  app.add_option("--batch", o->batch, "sequences")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--heads", o->heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seq", o->seq, "tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--dim", o->dim, "head size: 32, 64 or 128")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", o->batch, "sequences")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--heads", o->heads, "attention heads")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--seq", o->seq, "tokens per sequence")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--dim", o->dim, "head size: 32, 64 or 128")->check(cli::at_least(1))->capture_default_str();
   app.add_option("--dtype", *dtype, "element type")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
-  app.add_option("--warmup", o->warmup, "untimed runs")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup", o->warmup, "untimed runs")->check(cli::at_least(0))->capture_default_str();
   app.add_option("--iters", o->iters, "timed runs (the median is reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::at_least(1))
       ->capture_default_str();
   app.add_option("--impl", o->impls, "implementations to time")
       ->delimiter(',')

@@ -342,9 +342,9 @@ SubcommandRun setup_collectives(CLI::App& app) {
       ->check(CLI::Range(int64_t{2}, int64_t{1} << 20))
       ->capture_default_str();
   app.add_option("--dtype", *dtype, "element type")->check(CLI::IsMember({"f32", "bf16"}))->capture_default_str();
-  app.add_option("--warmup", o->warmup, "untimed runs per size")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup", o->warmup, "untimed runs per size")->check(cli::at_least(0))->capture_default_str();
   app.add_option("--iters", o->iters, "timed runs per size (the median is reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::at_least(1))
       ->capture_default_str();
   app.add_option("--async-op", *async_op, "on: time on the communication stream, as async_op=True")
       ->check(CLI::IsMember({"on", "off"}))

@@ -188,14 +188,14 @@ int run_kernels_bench(const Options& o) {
 SubcommandRun setup_kernels_bench(CLI::App& app) {
   auto o = std::make_shared<Options>();
   auto dtype = std::make_shared<std::string>("bf16");
-  app.add_option("--batch", o->batch, "sequences")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--seq", o->seq, "tokens per sequence")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--embd", o->embd, "embedding width")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--heads", o->heads, "attention heads")->check(CLI::PositiveNumber)->capture_default_str();
+  app.add_option("--batch", o->batch, "sequences")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--seq", o->seq, "tokens per sequence")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--embd", o->embd, "embedding width")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--heads", o->heads, "attention heads")->check(cli::at_least(1))->capture_default_str();
   app.add_option("--dtype", *dtype, "element type")->check(CLI::IsMember({"bf16", "f32"}))->capture_default_str();
-  app.add_option("--warmup", o->warmup, "untimed runs per case")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--warmup", o->warmup, "untimed runs per case")->check(cli::at_least(0))->capture_default_str();
   app.add_option("--iters", o->iters, "timed runs per case (the median is reported)")
-      ->check(CLI::PositiveNumber)
+      ->check(cli::at_least(1))
       ->capture_default_str();
   app.add_option("--peak-gbs", o->peak_gbs, "the device's memory bandwidth (GB/s) for the memory floor")
       ->check(cli::number_in(1e-3, 1e9))

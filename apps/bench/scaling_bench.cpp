@@ -219,13 +219,13 @@ SubcommandRun setup_scaling_bench(CLI::App& app) {
   app.add_option("--workload", a->workload, "what `dpt-bench train` trains: gpt2_124m, mlp_92m, tiny_gpt, mlp_small")
       ->capture_default_str();
   app.add_option("--max-gpus", a->max_gpus, "largest process count (0: every visible GPU)")
-      ->check(CLI::NonNegativeNumber)
+      ->check(cli::at_least(0))
       ->capture_default_str();
   app.add_option("--precision", a->precision, "compute precision")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
       ->capture_default_str();
-  app.add_option("--steps", a->steps, "timed steps per run")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", a->warmup, "untimed steps before them")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--steps", a->steps, "timed steps per run")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--warmup", a->warmup, "untimed steps before them")->check(cli::at_least(0))->capture_default_str();
   app.add_option("--bucket-sweep", a->bucket_sweep, "bucket sizes (MB) swept at the largest count")
       ->delimiter(',')
       ->check(cli::number_in(1e-3, 1e6))

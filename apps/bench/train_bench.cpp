@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "command_line.h"
+#include "json_line.h"
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -387,7 +388,7 @@ int run_train_bench(const Args& args) {
                                      {"grad_bytes", n_params * static_cast<int64_t>(dtype_size(compute))}};
     if (held_ms > 0) result["held_step_ms"] = held_ms;
     if (args.losses) result["losses"] = losses;
-    std::printf("%s\n", result.dump().c_str());
+    std::printf("%s\n", json_line(result).c_str());
     if (held_ms > 0)
       std::printf("dpt-bench train: GPU time of a step with the host ahead %.3f ms: %.3f ms of the step waited for "
                   "launches\n", held_ms, median * 1e3 - held_ms);
@@ -414,8 +415,8 @@ SubcommandRun setup_train_bench(CLI::App& app) {
   auto a = std::make_shared<Args>();
   app.add_option("--workload", a->workload, "gpt2_124m, mlp_92m, tiny_gpt or mlp_small (seconds on a CPU)")
       ->capture_default_str();
-  app.add_option("--steps", a->steps, "timed steps")->check(CLI::PositiveNumber)->capture_default_str();
-  app.add_option("--warmup", a->warmup, "untimed steps before them")->check(CLI::NonNegativeNumber)->capture_default_str();
+  app.add_option("--steps", a->steps, "timed steps")->check(cli::at_least(1))->capture_default_str();
+  app.add_option("--warmup", a->warmup, "untimed steps before them")->check(cli::at_least(0))->capture_default_str();
   app.add_option("--precision", a->precision, "compute precision (float32 masters under bf16 and fp16)")
       ->check(CLI::IsMember({"bf16", "fp16", "fp32"}))
       ->capture_default_str();

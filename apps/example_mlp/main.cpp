@@ -2,12 +2,14 @@
 // (synthetic, seeded) on the GPU when there is one, else on the CPU, printing the loss as it falls.
 //
 //   dpt-example-mlp [--steps N] [--lr X] [--seed S] [--device cpu|cuda]
+// Exit codes: 0 done; 1 error; 2 usage.
 #include <spdlog/spdlog.h>
 
 #include <chrono>
 #include <cstdlib>
 #include <string>
 
+#include "command_line.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
@@ -28,26 +30,24 @@ struct Args {
   std::string device;
 };
 
-Args parse(int argc, char** argv) {
-  Args a;
-  for (int i = 1; i < argc; ++i) {
-    std::string key = argv[i];
-    DPT_CHECK(i + 1 < argc, "option {} needs a value (usage: --steps N --lr X --seed S --device cpu|cuda)", key);
-    std::string value = argv[++i];
-    if (key == "--steps") a.steps = std::stoi(value);
-    else if (key == "--lr") a.lr = std::stod(value);
-    else if (key == "--seed") a.seed = std::stoull(value);
-    else if (key == "--device") a.device = value;
-    else DPT_FAIL("unknown option '{}' (expected --steps, --lr, --seed or --device)", key);
-  }
-  return a;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
+  Args args;
+  CLI::App app{"The smallest end-to-end training run: an MLP learns three interleaved spirals, on the GPU when there "
+               "is one, else on the CPU.",
+               "dpt-example-mlp"};
+  app.add_option("--steps", args.steps, "full-batch training steps")->check(dpt::cli::at_least(1))->capture_default_str();
+  app.add_option("--lr", args.lr, "peak learning rate (warm-up, then cosine decay)")
+      ->check(dpt::cli::number_in(0, 1e3))
+      ->capture_default_str();
+  app.add_option("--seed", args.seed, "seed of the data and the weights")
+      ->check(dpt::cli::at_least(0))
+      ->capture_default_str();
+  app.add_option("--device", args.device, "cpu, cuda or cuda:N (default: cuda when there is a GPU)");
+  dpt::cli::set_examples(app, {"dpt-example-mlp", "dpt-example-mlp --steps 200 --lr 0.02 --device cpu"});
+  if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
   try {
-    Args args = parse(argc, argv);
     using namespace dpt;
     Device device = args.device.empty() ? (cuda::is_available() ? Device::cuda() : Device::cpu())
                                         : Device::parse(args.device);

@@ -7,11 +7,11 @@
 #include <spdlog/sinks/stdout_color_sinks.h>
 #include <spdlog/spdlog.h>
 
-#include <CLI/CLI.hpp>
 #include <cstdio>
 #include <optional>
 #include <string>
 
+#include "command_line.h"
 #include "core/error.h"
 #include "data/gpt2_bpe.h"
 #include "text_codec.h"
@@ -74,30 +74,27 @@ int main(int argc, char** argv) {
   CLI::App app{"Samples text from a GPT trained by dpt-train", "dpt-generate"};
   app.add_option("run", o.run, "run directory (checkpoint.dir of the run), or one step_N directory in it")->required();
   app.add_option("--step", o.step, "checkpoint step to load (default: the newest valid one)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(dpt::cli::at_least(0));
   app.add_option("--prompt,-p", o.prompt, "text to continue (default: none, start from the start token)");
   app.add_option("--max-tokens,-n", o.max_tokens, "tokens to sample")
-      ->check(CLI::NonNegativeNumber)
+      ->check(dpt::cli::at_least(0))
       ->capture_default_str();
   app.add_option("--temperature,-t", o.temperature, "softmax temperature; 0 is greedy")
-      ->check(CLI::NonNegativeNumber)
+      ->check(dpt::cli::at_least(0))
       ->capture_default_str();
   app.add_option("--top-k,-k", o.top_k, "sample among the k most likely tokens; 0: all; 1: greedy")
-      ->check(CLI::NonNegativeNumber)
+      ->check(dpt::cli::at_least(0))
       ->capture_default_str();
-  app.add_option("--seed,-s", o.seed, "random seed of the draws")->capture_default_str();
+  app.add_option("--seed,-s", o.seed, "random seed of the draws")->check(dpt::cli::at_least(0))->capture_default_str();
   app.add_option("--device,-d", o.device, "auto | cpu | cuda | cuda:N")->capture_default_str();
   app.add_option("--tokenizer", o.tokenizer, "auto (from the run's data) | char | gpt2 | ids")
       ->check(CLI::IsMember({"auto", "char", "gpt2", "ids"}))
       ->capture_default_str();
   app.add_option("--tokenizer-dir", o.tokenizer_dir, "folder of GPT-2's encoder.json and vocab.bpe")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  dpt::cli::set_examples(app, {"dpt-generate runs/char_gpt --prompt \"The keeper\" --max-tokens 200",
+                               "dpt-generate runs/gpt2 --step 5000 -p \"Once upon\" -t 0.8 -k 40 --seed 1"});
+  if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
   // stdout carries only the text, so it can be piped; logs go to stderr.
   spdlog::set_default_logger(spdlog::stderr_color_st("dpt-generate"));
   spdlog::set_pattern("[%H:%M:%S] %^%v%$");

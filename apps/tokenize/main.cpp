@@ -5,13 +5,13 @@
 // The whole text is encoded once; with --val-output its last val-fraction of the tokens go there (the
 // tail, as the trainer's data.val_fraction holds out) and the rest to --output.
 // Exit codes: 0 done; 1 error (one message on stderr, no output file written); 2 usage.
-#include <CLI/CLI.hpp>
 #include <cmath>
 #include <cstdint>
 #include <cstdio>
 #include <string>
 #include <vector>
 
+#include "command_line.h"
 #include "core/error.h"
 #include "data/char_text.h"
 #include "data/gpt2_bpe.h"
@@ -76,12 +76,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   app.add_option("--tokenizer-dir", o.tokenizer_dir, "folder of GPT-2's encoder.json and vocab.bpe")
       ->capture_default_str();
-  try {
-    app.parse(argc, argv);
-  } catch (const CLI::ParseError& e) {
-    const int code = app.exit(e);
-    return code == 0 ? 0 : 2;
-  }
+  dpt::cli::set_examples(app, {"dpt-tokenize --input tinyshakespeare.txt --output train.bin --val-output val.bin",
+                               "dpt-tokenize -i book.txt -o book.bin --tokenizer-dir /opt/gpt2"});
+  if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
   try {
     return tokenize(o);
   } catch (const std::exception& e) {

@@ -1,5 +1,6 @@
 #include "metrics_log.h"
 
+#include <spdlog/spdlog.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -8,9 +9,12 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <limits>
+#include <nlohmann/json.hpp>
 #include <sstream>
 
 #include "core/error.h"
+#include "json_line.h"
 #include "metrics_log_csv.h"
 #include "metrics_log_tensorboard.h"
 
@@ -20,18 +24,23 @@ namespace fs = std::filesystem;
 
 namespace {
 
-std::string number(double v) { return std::isfinite(v) ? fmt::format("{}", v) : "null"; }
+// A number rounded to `decimals` places, for fields whose digits beyond that are noise (times, rates).
+double rounded(double v, int decimals) {
+  const double scale = std::pow(10.0, decimals);
+  return std::round(v * scale) / scale;
+}
 
-// The "step" of a JSONL record, or -1 when it has none.
-int64_t step_of(const std::string& line) {
-  const std::string key = "\"step\": ";
-  auto pos = line.find(key);
-  if (pos == std::string::npos) return -1;
-  try {
-    return std::stoll(line.substr(pos + key.size()));
-  } catch (const std::exception&) {
-    return -1;
+// The "step" of a JSONL record; -1 for a record without one (kept on resume). A line that is not a JSON
+// object (the half-written last line of a run that was killed) gives INT64_MAX: it is dropped, with a
+// warning naming the file.
+int64_t step_of(const std::string& path, const std::string& line) {
+  const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  if (!record.is_object()) {
+    spdlog::warn("metrics file '{}': dropping a line that is not a JSON record: {}", path, line.substr(0, 200));
+    return std::numeric_limits<int64_t>::max();
   }
+  const auto step = record.find("step");
+  return step != record.end() && step->is_number_integer() ? step->get<int64_t>() : -1;
 }
 
 double now_seconds() {
@@ -73,23 +82,34 @@ namespace {
 
 class JsonlSink : public MetricsSink {
  public:
-  JsonlSink(const std::string& path, int64_t keep_through_step) : file_(path, keep_through_step, step_of) {}
+  JsonlSink(const std::string& path, int64_t keep_through_step)
+      : file_(path, keep_through_step, [path](const std::string& line) { return step_of(path, line); }) {}
 
   void train(const TrainRecord& r) override {
-    file_.write_line(fmt::format(
-        "{{\"type\": \"train\", \"step\": {}, \"loss\": {}, \"lr\": {}, \"grad_norm\": {}, "
-        "\"step_ms\": {:.3f}, \"throughput\": {:.1f}, \"throughput_per_gpu\": {:.1f}, "
-        "\"unit\": \"{}\", \"mfu\": {}, \"elapsed_s\": {:.3f}, \"skipped\": {}{}}}",
-        r.step, number(r.loss), number(r.lr), number(r.grad_norm), r.step_ms, r.throughput, r.throughput_per_gpu,
-        r.unit, r.mfu < 0 ? "null" : fmt::format("{:.4f}", r.mfu), r.elapsed_s, r.skipped ? "true" : "false",
-        r.loss_scale > 0 ? fmt::format(", \"loss_scale\": {}", number(r.loss_scale)) : ""));
+    nlohmann::ordered_json record = {{"type", "train"},
+                                     {"step", r.step},
+                                     {"loss", r.loss},
+                                     {"lr", r.lr},
+                                     {"grad_norm", r.grad_norm},
+                                     {"step_ms", rounded(r.step_ms, 3)},
+                                     {"throughput", rounded(r.throughput, 1)},
+                                     {"throughput_per_gpu", rounded(r.throughput_per_gpu, 1)},
+                                     {"unit", r.unit},
+                                     {"mfu", r.mfu < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(rounded(r.mfu, 4))},
+                                     {"elapsed_s", rounded(r.elapsed_s, 3)},
+                                     {"skipped", r.skipped}};
+    if (r.loss_scale > 0) record["loss_scale"] = r.loss_scale;
+    file_.write_line(json_line(record));
   }
 
   void eval(const EvalRecord& r) override {
-    file_.write_line(fmt::format(
-        "{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}, \"best_val_loss\": {}, \"best_step\": {}{}}}", r.step,
-        number(r.val_loss), number(r.best_val_loss), r.best_step,
-        r.perplexity >= 0 ? fmt::format(", \"val_perplexity\": {}", number(r.perplexity)) : ""));
+    nlohmann::ordered_json record = {{"type", "eval"},
+                                     {"step", r.step},
+                                     {"val_loss", r.val_loss},
+                                     {"best_val_loss", r.best_val_loss},
+                                     {"best_step", r.best_step}};
+    if (r.perplexity >= 0) record["val_perplexity"] = r.perplexity;
+    file_.write_line(json_line(record));
   }
 
  private:

@@ -8,6 +8,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <memory>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <utility>
@@ -24,14 +25,15 @@ namespace {
 
 using dpt::train::test_util::read_text;
 
-// The numbers of the JSON line's "losses": [a, b, ...].
+// The "losses" of the JSON line in a benchmark's output (null, a non-finite loss, as NaN).
 std::vector<double> losses_of(const std::string& output) {
   std::vector<double> out;
-  const size_t key = output.find("\"losses\": [");
-  if (key == std::string::npos) return out;
-  std::istringstream list(output.substr(key + 11, output.find(']', key) - key - 11));
-  std::string item;
-  while (std::getline(list, item, ',')) out.push_back(std::stod(item));
+  std::istringstream lines(output);
+  for (std::string line; std::getline(lines, line);) {
+    const nlohmann::json result = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!result.is_object() || !result.contains("losses")) continue;
+    for (const auto& loss : result["losses"]) out.push_back(loss.is_number() ? loss.get<double>() : std::nan(""));
+  }
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <nlohmann/json.hpp>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -133,31 +134,35 @@ struct Record {
   bool skipped = false;
 };
 
-inline std::string field(const std::string& line, const std::string& key) {
-  const std::string k = "\"" + key + "\": ";
-  auto pos = line.find(k);
-  if (pos == std::string::npos) return "";
-  pos += k.size();
-  auto end = line.find_first_of(",}", pos);
-  std::string v = line.substr(pos, end - pos);
-  if (v.size() >= 2 && v.front() == '"') v = v.substr(1, v.size() - 2);
-  return v;
+// A field of a record as its JSON text (numbers as written, strings unquoted); "" when it is missing.
+inline std::string json_field(const nlohmann::json& record, const std::string& key) {
+  const auto it = record.find(key);
+  if (it == record.end()) return "";
+  return it->is_string() ? it->get<std::string>() : it->dump();
 }
 
+// The same, of one line of JSONL.
+inline std::string field(const std::string& line, const std::string& key) {
+  const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+  return record.is_object() ? json_field(record, key) : "";
+}
+
+// The records of a metrics JSONL file; a line that is not a JSON object (one being written) is skipped.
 inline std::vector<Record> read_metrics(const std::string& path) {
   std::vector<Record> out;
   std::ifstream in(path);
   for (std::string line; std::getline(in, line);) {
-    if (line.empty() || line.back() != '}') continue;  // a line being written
+    const nlohmann::json record = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    if (!record.is_object()) continue;
     Record r;
     r.line = line;
-    r.type = field(line, "type");
-    r.step = std::stoll(field(line, "step"));
-    r.loss = field(line, "loss");
-    r.lr = field(line, "lr");
-    r.grad_norm = field(line, "grad_norm");
-    r.val_loss = field(line, "val_loss");
-    r.skipped = field(line, "skipped") == "true";
+    r.type = json_field(record, "type");
+    r.step = record.value("step", int64_t{-1});
+    r.loss = json_field(record, "loss");
+    r.lr = json_field(record, "lr");
+    r.grad_norm = json_field(record, "grad_norm");
+    r.val_loss = json_field(record, "val_loss");
+    r.skipped = record.value("skipped", false);
     out.push_back(r);
   }
   return out;
