@@ -82,7 +82,8 @@ def curves(tag, steps):
     missing = [name for name, rows in (("dptrain", ours), ("PyTorch", ref), ("floor run", floor)) if not rows]
     if missing:
         return None, f"no losses from {', '.join(missing)}"
-    d, p, f = ours[-1]["losses"], ref[-1]["losses"], floor[-1]["losses"]
+    # dpt-bench writes a non-finite loss as null (JSON has no NaN); Python's json module writes NaN.
+    d, p, f = ([math.nan if v is None else v for v in rows[-1]["losses"]] for rows in (ours, ref, floor))
     if not len(d) == len(p) == len(f) == steps:
         return None, f"{len(d)}, {len(p)}, {len(f)} losses (dptrain, PyTorch, floor run) for {steps} steps"
     return (d, p, f, floor[-1]["system"]), None

@@ -62,8 +62,9 @@ nlohmann::json train_result(const std::string& output) {
   nlohmann::json result;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
-    if (line.empty() || line.front() != '{') continue;
-    nlohmann::json parsed = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const size_t brace = line.find('{');  // after dpt-run's "[0]: " prefix
+    if (brace == std::string::npos) continue;
+    nlohmann::json parsed = nlohmann::json::parse(line.substr(brace), nullptr, /*allow_exceptions=*/false);
     if (parsed.is_object() && parsed.value("system", "").rfind("dptrain", 0) == 0) result = std::move(parsed);
   }
   return result;

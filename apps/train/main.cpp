@@ -33,13 +33,6 @@ void setup_logging(const dpt::train::Config& config, const dpt::dist::DistEnv& e
   spdlog::set_level(level);
 }
 
-// A bare argument is an override only with its '=': anything else is a mistyped option or file.
-const CLI::Validator kBareOverride(
-    [](std::string& text) {
-      return text.find('=') == std::string::npos ? "'" + text + "' is not an override key.path=value" : std::string();
-    },
-    "");
-
 // The command line's overrides, --set ones and bare ones, in the order given: a later one wins.
 std::vector<std::string> overrides_in_order(const CLI::App& app, const CLI::Option* set, const CLI::Option* bare) {
   std::vector<std::string> out;
@@ -65,8 +58,7 @@ int main(int argc, char** argv) {
                          ->type_name("KEY=VALUE")
                          ->allow_extra_args(false);
   CLI::Option* bare = app.add_option("overrides", bare_overrides, "the same as --set, Hydra style: key.path=value, +key=v, ++key=v")
-                          ->type_name("KEY=VALUE")
-                          ->check(kBareOverride);
+                          ->type_name("KEY=VALUE");
   app.add_flag("--print-config", print_config, "print the resolved config, every key, and exit");
   app.add_flag("--config-reference", config_reference, "print every key, its type, default and meaning, and exit");
   dpt::cli::set_examples(app, {"dpt-train --config configs/mlp_synthetic.yaml",
@@ -78,6 +70,11 @@ int main(int argc, char** argv) {
     return 0;
   }
   if (config_path.empty()) dpt::cli::usage_error("dpt-train", "--config is required");
+  // A bare argument is an override only with its '=': anything else is a mistyped option or file.
+  for (const std::string& text : bare_overrides) {
+    if (text.find('=') == std::string::npos)
+      dpt::cli::usage_error("dpt-train", "'" + text + "' is not an option or an override key.path=value");
+  }
   const std::vector<std::string> overrides = overrides_in_order(app, set, bare);
   int rank = 0;
   try {

@@ -25,12 +25,14 @@ namespace {
 
 using dpt::train::test_util::read_text;
 
-// The "losses" of the JSON line in a benchmark's output (null, a non-finite loss, as NaN).
+// The "losses" of the JSON line in a benchmark's output, run directly or under dpt-run (null, a non-finite loss, as NaN).
 std::vector<double> losses_of(const std::string& output) {
   std::vector<double> out;
   std::istringstream lines(output);
   for (std::string line; std::getline(lines, line);) {
-    const nlohmann::json result = nlohmann::json::parse(line, nullptr, /*allow_exceptions=*/false);
+    const size_t brace = line.find('{');  // after dpt-run's "[rank]: " prefix
+    if (brace == std::string::npos) continue;
+    const nlohmann::json result = nlohmann::json::parse(line.substr(brace), nullptr, /*allow_exceptions=*/false);
     if (!result.is_object() || !result.contains("losses")) continue;
     for (const auto& loss : result["losses"]) out.push_back(loss.is_number() ? loss.get<double>() : std::nan(""));
   }

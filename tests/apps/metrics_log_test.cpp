@@ -4,11 +4,16 @@
 #include "metrics_log.h"
 
 #include <gtest/gtest.h>
+#include <spdlog/sinks/ringbuffer_sink.h>
+#include <spdlog/spdlog.h>
 
 #include <cmath>
 #include <cstring>
 #include <filesystem>
+#include <fstream>
 #include <map>
+#include <memory>
+#include <nlohmann/json.hpp>
 #include <optional>
 #include <string>
 #include <vector>
@@ -274,6 +279,53 @@ TEST(MetricsCsv, AResumeKeepsTheRowsUpToTheCheckpointStepAndOneHeader) {
   EXPECT_EQ(rows,
             (std::vector<std::string>{"type,step", "train,1", "train,2", "train,3", "train,4", "eval,3", "train,5"}));
   EXPECT_NE(csv.find("train,5,0.125,"), std::string::npos) << csv;
+}
+
+TEST(MetricsJsonl, AResumeDropsALineThatIsNotJsonWithAWarningNamingTheFile) {
+  ScratchDir dir("metrics_jsonl_malformed");
+  {
+    MetricsLog log(logging_in(dir, false, false), 0, false);
+    for (int step = 1; step <= 3; ++step) log.train(train_record(step, 1.0 / step));
+  }
+  // The half-written last line of a run that was killed, and a line that is not JSON at all.
+  std::ofstream(dir.file("metrics.jsonl"), std::ios::app) << "{\"type\": \"train\", \"step\": 4, \"lo\nnot json\n";
+  auto sink = std::make_shared<spdlog::sinks::ringbuffer_sink_mt>(8);
+  const auto previous = spdlog::default_logger();
+  spdlog::set_default_logger(std::make_shared<spdlog::logger>("metrics_test", sink));
+  { MetricsLog(logging_in(dir, false, false), 3, false).train(train_record(4, 0.25)); }
+  spdlog::set_default_logger(previous);
+  const auto records = read_metrics(dir.file("metrics.jsonl"));
+  ASSERT_EQ(records.size(), 4u) << read_text(dir.file("metrics.jsonl"));
+  for (int i = 0; i < 4; ++i) EXPECT_EQ(records[static_cast<size_t>(i)].step, i + 1);
+  EXPECT_EQ(records[3].loss, "0.25");
+  const std::vector<std::string> warnings = sink->last_formatted();
+  ASSERT_EQ(warnings.size(), 2u);
+  EXPECT_NE(warnings[0].find("metrics file '" + dir.file("metrics.jsonl") + "'"), std::string::npos) << warnings[0];
+  EXPECT_NE(warnings[1].find("not json"), std::string::npos) << warnings[1];
+}
+
+TEST(MetricsJsonl, RecordsAreJsonObjectsInTheLayoutPlotMetricsReads) {
+  ScratchDir dir("metrics_jsonl_layout");
+  {
+    MetricsLog log(logging_in(dir, false, false), 0, true);
+    TrainRecord r = train_record(1, std::nan(""));
+    r.unit = "tokens/s \"quoted\"";
+    log.train(r);
+    log.eval(1, 0.5, 0.5, 1);
+  }
+  std::ifstream in(dir.file("metrics.jsonl"));
+  std::vector<nlohmann::json> records;
+  for (std::string line; std::getline(in, line);) {
+    // scripts/plot-metrics.sh finds the type and the step by this prefix.
+    EXPECT_EQ(line.rfind("{\"type\": \"", 0), 0u) << line;
+    EXPECT_NE(line.find("\", \"step\": 1, "), std::string::npos) << line;
+    records.push_back(nlohmann::json::parse(line));
+  }
+  ASSERT_EQ(records.size(), 2u);
+  EXPECT_TRUE(records[0]["loss"].is_null()) << "a non-finite loss is null";
+  EXPECT_EQ(records[0]["unit"], "tokens/s \"quoted\"");
+  EXPECT_FALSE(records[0]["skipped"].get<bool>());
+  EXPECT_DOUBLE_EQ(records[1]["val_perplexity"].get<double>(), std::exp(0.5));
 }
 
 TEST(MetricsLog, AFailedWriteThrowsNamingTheFile) {

@@ -146,6 +146,23 @@ TEST(GpuConvergenceTable, PassesWithinTwiceThePyTorchFloorAndFailsPastIt) {
   EXPECT_NE(missing.output.find("no losses from PyTorch, floor run"), std::string::npos) << missing.output;
 }
 
+TEST(GpuConvergenceTable, ANullLossFromDptBenchIsInfinitelyFarNotACrash) {
+  if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
+  ScratchDir dir("convergence_null");
+  fs::create_directories(dir.file("convergence"));
+  const std::vector<double> ref = {10, 9, 8, 7, 6};
+  write_losses(dir, "diverged", ref, ref, scaled(ref, 1 + 1e-4));
+  // dpt-bench writes a non-finite loss as null (JSON has no NaN): here at step 2.
+  std::ofstream(dir.file("convergence/diverged.dptrain.jsonl"))
+      << "{\"system\": \"dptrain\", \"losses\": [10, 9, null, 7, 6]}\n";
+  std::ofstream(dir.file("convergence/combinations.tsv")) << "diverged\tmlp_92m\tfp32\t1\trepeat\t5\tcpu\trun\t\n";
+  RunResult r = run_shell("OUT=" + quote(dir.path().string()) + " " + quote(kSource + "/scripts/gpu-convergence.sh") +
+                          " --table-only");
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("diverged: first step over the bar 2"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
+}
+
 TEST(ConfigReferenceDocument, MatchesTheReferenceTheCodeGenerates) {
   const std::string doc = read_text(kSource + "/docs/config-reference.md");
   const auto table = doc.find("| key |");
