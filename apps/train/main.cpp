@@ -3,6 +3,7 @@
 //   dpt-train --config configs/mlp_synthetic.yaml [--set key.path=value ...] [key.path=value ...]
 //   dpt-train --config FILE --print-config     (the resolved config, every key)
 //   dpt-train --config-reference               (every key, its type, default and meaning)
+//   dpt-train --config FILE --multirun optim.lr=0.01,0.003 [key=a,b ...]   (every combination, multirun.h)
 // Exit codes: 0 done; 1 error (one message on stderr, nothing overwritten); 2 usage; 128 + signal when
 // SIGINT/SIGTERM stopped the run after a checkpoint, or before training began (a rendezvous still
 // waiting for peers gives way within a second).
@@ -10,6 +11,7 @@
 
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <iostream>
 #include <string>
 #include <vector>
@@ -18,6 +20,7 @@
 #include "config.h"
 #include "distributed/env.h"
 #include "distributed/socket.h"
+#include "multirun.h"
 #include "stop_signal.h"
 #include "trainer.h"
 
@@ -31,6 +34,13 @@ void setup_logging(const dpt::train::Config& config, const dpt::dist::DistEnv& e
   spdlog::level::level_enum level = spdlog::level::from_str(config.logging.level);
   if (env.rank != 0 && level < spdlog::level::warn) level = spdlog::level::warn;
   spdlog::set_level(level);
+}
+
+// This program's own path, for --multirun's child runs.
+std::string self_path(const char* argv0) {
+  std::error_code ec;
+  const auto path = std::filesystem::read_symlink("/proc/self/exe", ec);
+  return ec ? std::string(argv0) : path.string();
 }
 
 // The command line's overrides, --set ones and bare ones, in the order given: a later one wins.
@@ -50,6 +60,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool print_config = false;
   bool config_reference = false;
+  bool sweep = false;
   CLI::App app{"Trains the model a YAML config describes, on the CPU, one GPU, or one process per GPU under dpt-run.",
                "dpt-train"};
   app.add_option("--config,-c", config_path, "the run's YAML config");
@@ -61,9 +72,13 @@ int main(int argc, char** argv) {
                           ->type_name("KEY=VALUE");
   app.add_flag("--print-config", print_config, "print the resolved config, every key, and exit");
   app.add_flag("--config-reference", config_reference, "print every key, its type, default and meaning, and exit");
+  app.add_flag("--multirun,-m", sweep,
+               "run every combination of the overrides that list several values (optim.lr=0.01,0.003), each in "
+               "<checkpoint.dir>/multirun/<key>_<value>..., and write summary.md and summary.csv there")
+      ->excludes("--print-config");
   dpt::cli::set_examples(app, {"dpt-train --config configs/mlp_synthetic.yaml",
                                "dpt-train -c configs/char_gpt.yaml training.steps=200 --set optim.lr=1e-3",
-                               "dpt-run --standalone --nproc-per-node 2 -- dpt-train -c configs/char_gpt.yaml"});
+                               "dpt-train -c configs/mlp_synthetic.yaml --multirun optim.lr=0.01,0.003 training.batch_size=32,64"});
   if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
   if (config_reference) {
     std::cout << dpt::train::config_reference();
@@ -76,6 +91,14 @@ int main(int argc, char** argv) {
       dpt::cli::usage_error("dpt-train", "'" + text + "' is not an option or an override key.path=value");
   }
   const std::vector<std::string> overrides = overrides_in_order(app, set, bare);
+  if (sweep) {
+    try {
+      return dpt::train::multirun(self_path(argv[0]), config_path, overrides);
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "dpt-train --multirun: error: %s\n", e.what());
+      return 1;
+    }
+  }
   int rank = 0;
   try {
     dpt::train::Config config = dpt::train::load_config(config_path, overrides);
