@@ -18,7 +18,6 @@
 
 #include "bench_util.h"
 #include "command_line.h"
-#include "json_line.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
@@ -27,8 +26,8 @@
 #include "core/ops.h"
 #include "core/ops_attention.h"
 #include "core/ops_flash_attention.h"
+#include "json_line.h"
 #include "subcommand.h"
-
 
 namespace dpt::bench {
 namespace {
@@ -166,7 +165,8 @@ SubcommandRun setup_attention_bench(CLI::App& app) {
       ->delimiter(',')
       ->check(CLI::IsMember({"mma", "wmma", "simt"}))
       ->capture_default_str();
-  app.add_flag("--check", o->check, "compare output and gradients with the composed path in float32 (exit 1 beyond 2e-2)");
+  app.add_flag("--check", o->check,
+               "compare output and gradients with the composed path in float32 (exit 1 beyond 2e-2)");
   app.add_flag("--cpu", o->cpu, "run on the CPU even when there is a GPU");
   cli::set_examples(app, {"dpt-bench attention", "dpt-bench attention --impl mma --seq 2048 --check",
                           "dpt-bench attention --dtype f32 --dim 128 --impl simt"});

@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <chrono>
-#include <sstream>
 
 #include "core/cuda_runtime.h"
 #ifdef DPT_HAVE_CUDA
@@ -38,14 +37,6 @@ double median_ms(int warmup, int iters, const Device& device, const std::functio
   }
   std::sort(ms.begin(), ms.end());
   return ms[ms.size() / 2];
-}
-
-std::vector<std::string> split_commas(const std::string& text) {
-  std::vector<std::string> out;
-  std::stringstream ss(text);
-  for (std::string item; std::getline(ss, item, ',');)
-    if (!item.empty()) out.push_back(item);
-  return out;
 }
 
 }  // namespace dpt::bench

@@ -13,7 +13,4 @@ namespace dpt::bench {
 // on the CPU by the steady clock.
 double median_ms(int warmup, int iters, const Device& device, const std::function<void()>& run);
 
-// "a,b,,c" -> {"a", "b", "c"}.
-std::vector<std::string> split_commas(const std::string& text);
-
 }  // namespace dpt::bench

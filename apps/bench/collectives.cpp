@@ -19,8 +19,8 @@
 // integers, so it does not depend on the order of summation, and every element is compared exactly
 // on every rank. A wrong result marks the row FAILED and makes the exit status non-zero.
 #include <algorithm>
-#include <cmath>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
@@ -335,7 +335,10 @@ SubcommandRun setup_collectives(CLI::App& app) {
   auto dtype = std::make_shared<std::string>("f32"), async_op = std::make_shared<std::string>("off");
   app.add_option("--backend", o->backend, "nccl or gloo (default: nccl when a GPU is present, else gloo)")
       ->check(CLI::IsMember({"nccl", "gloo"}));
-  app.add_option("--ops", o->ops, "collectives to time")->delimiter(',')->check(CLI::IsMember(kOps))->capture_default_str();
+  app.add_option("--ops", o->ops, "collectives to time")
+      ->delimiter(',')
+      ->check(CLI::IsMember(kOps))
+      ->capture_default_str();
   app.add_option("--min-bytes", *min_bytes, "smallest buffer")->check(kBytes)->capture_default_str();
   app.add_option("--max-bytes", *max_bytes, "largest buffer")->check(kBytes)->capture_default_str();
   app.add_option("--step-factor", o->step_factor, "each size is the previous one times this")

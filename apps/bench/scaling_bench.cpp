@@ -72,8 +72,10 @@ nlohmann::json train_result(const std::string& output) {
 
 double json_number(const nlohmann::json& result, const std::string& key) {
   const auto it = result.find(key);
-  DPT_CHECK(it != result.end() && it->is_number(), "dpt-bench scaling: '{}' missing from the train benchmark's "
-            "output: {}", key, result.dump());
+  DPT_CHECK(it != result.end() && it->is_number(),
+            "dpt-bench scaling: '{}' missing from the train benchmark's "
+            "output: {}",
+            key, result.dump());
   return it->get<double>();
 }
 

@@ -11,7 +11,6 @@
 #include <vector>
 
 #include "command_line.h"
-#include "json_line.h"
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -24,6 +23,7 @@
 #include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
 #include "distributed/zero_optimizer.h"
+#include "json_line.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"
 #include "layers/losses.h"
@@ -98,13 +98,15 @@ void check_combinations(const Args& a) {
   DPT_CHECK(!(a.zero || a.overlap_optimizer) || (a.precision != "fp16" && !a.unfused_master),
             "dpt-bench train: --zero and --overlap-optimizer update inside backward, from bf16 compute twins or "
             "float32 gradients: not with fp16 (loss scaling) or --unfused-master");
-  DPT_CHECK(!a.cuda_graph || a.precision != "fp16", "dpt-bench train: --cuda-graph cannot hold fp16's loss "
+  DPT_CHECK(!a.cuda_graph || a.precision != "fp16",
+            "dpt-bench train: --cuda-graph cannot hold fp16's loss "
             "scaling (it reads the overflow flag on the host every step)");
   DPT_CHECK(!a.cuda_graph || a.batches == "repeat",
             "dpt-bench train: --cuda-graph replays the batch it captured: not with --batches random");
   DPT_CHECK(!a.cuda_graph || a.warmup >= 1, "dpt-bench train: --cuda-graph needs --warmup 1 or more: the first "
             "step creates library handles and buffers, which a capture cannot");
-  DPT_CHECK(!a.zero || a.comm_dtype.empty(), "dpt-bench train: --zero communicates in the gradients' dtype "
+  DPT_CHECK(!a.zero || a.comm_dtype.empty(),
+            "dpt-bench train: --zero communicates in the gradients' dtype "
             "(no --comm-dtype)");
 }
 
@@ -428,12 +430,14 @@ SubcommandRun setup_train_bench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--comm-dtype", a->comm_dtype, "dtype of DDP's communication (default: the gradients')");
   app.add_flag("--overlap-optimizer", a->overlap_optimizer, "with DDP: the optimizer step per bucket inside backward");
-  app.add_flag_callback("--updates-when-reduced", [a] { a->updates_when_reduced = a->overlap_optimizer = true; },
-                        "--overlap-optimizer or --zero, updating on DDP's update stream as each bucket is reduced");
+  app.add_flag_callback(
+      "--updates-when-reduced", [a] { a->updates_when_reduced = a->overlap_optimizer = true; },
+      "--overlap-optimizer or --zero, updating on DDP's update stream as each bucket is reduced");
   app.add_flag("--unfused-master", a->unfused_master, "bf16: float32 master gradients and a separate bf16 copy");
   app.add_flag("--zero", a->zero, "with DDP: ZeRO-1, the optimizer sharded across ranks inside backward");
-  app.add_flag_callback("--gathered-grads", [a] { a->gathered_grads = a->zero = true; },
-                        "ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)");
+  app.add_flag_callback(
+      "--gathered-grads", [a] { a->gathered_grads = a->zero = true; },
+      "ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)");
   app.add_option("--grad-exchange", a->grad_exchange, "with DDP: nccl, copy_engine or auto")->capture_default_str();
   app.add_flag("--copy-engines", a->copy_engines, "with --zero: reduce-scatters and all-gathers on the copy engines");
   app.add_option("--save-start", a->save_start, "write the initial float32 parameters and the batches here (rank 0)");

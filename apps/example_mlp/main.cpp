@@ -34,10 +34,13 @@ struct Args {
 
 int main(int argc, char** argv) {
   Args args;
-  CLI::App app{"The smallest end-to-end training run: an MLP learns three interleaved spirals, on the GPU when there "
-               "is one, else on the CPU.",
-               "dpt-example-mlp"};
-  app.add_option("--steps", args.steps, "full-batch training steps")->check(dpt::cli::at_least(1))->capture_default_str();
+  CLI::App app{
+      "The smallest end-to-end training run: an MLP learns three interleaved spirals, on the GPU when there "
+      "is one, else on the CPU.",
+      "dpt-example-mlp"};
+  app.add_option("--steps", args.steps, "full-batch training steps")
+      ->check(dpt::cli::at_least(1))
+      ->capture_default_str();
   app.add_option("--lr", args.lr, "peak learning rate (warm-up, then cosine decay)")
       ->check(dpt::cli::number_in(0, 1e3))
       ->capture_default_str();

@@ -24,9 +24,9 @@
 #include <filesystem>
 #include <string>
 
+#include "command_line.h"
 #include "core/cuda_runtime.h"
 #include "distributed/socket.h"
-#include "command_line.h"
 #include "launcher.h"
 
 namespace {
@@ -117,12 +117,13 @@ int main(int argc, char** argv) {
   dpt::run::LaunchConfig config;
   std::string nproc = "1", endpoint, rdzv_id;
   bool standalone = false;
-  CLI::App app{"Starts the workers of a data-parallel job on this node, the way torchrun does: each gets RANK, "
-               "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT...; a failed worker stops the group, which is "
-               "restarted up to --max-restarts times.\n"
-               "The program and its arguments follow the options (after '--', or at the first argument that is "
-               "not an option).",
-               "dpt-run"};
+  CLI::App app{
+      "Starts the workers of a data-parallel job on this node, the way torchrun does: each gets RANK, "
+      "LOCAL_RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT...; a failed worker stops the group, which is "
+      "restarted up to --max-restarts times.\n"
+      "The program and its arguments follow the options (after '--', or at the first argument that is "
+      "not an option).",
+      "dpt-run"};
   app.add_option("--nproc-per-node,--nproc_per_node", nproc,
                  "processes on this node: a number, gpu (one per visible GPU), cpu (one per core), or auto (gpu "
                  "when there is a GPU, else cpu), as torchrun counts them")
@@ -132,8 +133,8 @@ int main(int argc, char** argv) {
   app.add_option("--node-rank,--node_rank", config.node_rank, "this node's index")
       ->check(CLI::Range(0, 1 << 20))
       ->capture_default_str();
-  CLI::Option* addr = app.add_option("--master-addr,--master_addr", config.master_addr, "node 0's address")
-                          ->capture_default_str();
+  CLI::Option* addr =
+      app.add_option("--master-addr,--master_addr", config.master_addr, "node 0's address")->capture_default_str();
   CLI::Option* port = app.add_option("--master-port,--master_port", config.master_port,
                                      "the rendezvous port; 0 on node 0 picks a free one and prints it")
                           ->check(CLI::Range(0, 65535))
@@ -141,9 +142,10 @@ int main(int argc, char** argv) {
   CLI::Option* rdzv = app.add_option("--rdzv-endpoint,--rdzv_endpoint", endpoint,
                                      "the same as --master-addr HOST --master-port PORT (torchrun's spelling)")
                           ->type_name("HOST:PORT");
-  CLI::Option* id = app.add_option("--rdzv-id,--rdzv_id", rdzv_id,
-                 "the job's id, the same on every node (default: $DPT_JOB_ID; else random on one node, the srun "
-                 "step's id on several); the store refuses ranks of other jobs");
+  CLI::Option* id =
+      app.add_option("--rdzv-id,--rdzv_id", rdzv_id,
+                     "the job's id, the same on every node (default: $DPT_JOB_ID; else random on one node, the srun "
+                     "step's id on several); the store refuses ranks of other jobs");
   app.add_flag("--standalone", standalone, "single node; rendezvous on a free port of localhost");
   app.add_option("--max-restarts,--max_restarts", config.max_restarts,
                  "restart the whole worker group up to K times after a failure")

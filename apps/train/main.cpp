@@ -65,20 +65,23 @@ int main(int argc, char** argv) {
                "dpt-train"};
   app.add_option("--config,-c", config_path, "the run's YAML config");
   std::vector<std::string> set_overrides, bare_overrides;  // in order, from overrides_in_order
-  CLI::Option* set = app.add_option("--set", set_overrides, "override one key: key.path=value (Hydra: +key adds, ++key sets)")
-                         ->type_name("KEY=VALUE")
-                         ->allow_extra_args(false);
-  CLI::Option* bare = app.add_option("overrides", bare_overrides, "the same as --set, Hydra style: key.path=value, +key=v, ++key=v")
-                          ->type_name("KEY=VALUE");
+  CLI::Option* set =
+      app.add_option("--set", set_overrides, "override one key: key.path=value (Hydra: +key adds, ++key sets)")
+          ->type_name("KEY=VALUE")
+          ->allow_extra_args(false);
+  CLI::Option* bare =
+      app.add_option("overrides", bare_overrides, "the same as --set, Hydra style: key.path=value, +key=v, ++key=v")
+          ->type_name("KEY=VALUE");
   app.add_flag("--print-config", print_config, "print the resolved config, every key, and exit");
   app.add_flag("--config-reference", config_reference, "print every key, its type, default and meaning, and exit");
   app.add_flag("--multirun,-m", sweep,
                "run every combination of the overrides that list several values (optim.lr=0.01,0.003), each in "
                "<checkpoint.dir>/multirun/<key>_<value>..., and write summary.md and summary.csv there")
       ->excludes("--print-config");
-  dpt::cli::set_examples(app, {"dpt-train --config configs/mlp_synthetic.yaml",
-                               "dpt-train -c configs/char_gpt.yaml training.steps=200 --set optim.lr=1e-3",
-                               "dpt-train -c configs/mlp_synthetic.yaml --multirun optim.lr=0.01,0.003 training.batch_size=32,64"});
+  dpt::cli::set_examples(
+      app, {"dpt-train --config configs/mlp_synthetic.yaml",
+            "dpt-train -c configs/char_gpt.yaml training.steps=200 --set optim.lr=1e-3",
+            "dpt-train -c configs/mlp_synthetic.yaml --multirun optim.lr=0.01,0.003 training.batch_size=32,64"});
   if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
   if (config_reference) {
     std::cout << dpt::train::config_reference();

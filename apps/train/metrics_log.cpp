@@ -86,18 +86,19 @@ class JsonlSink : public MetricsSink {
       : file_(path, keep_through_step, [path](const std::string& line) { return step_of(path, line); }) {}
 
   void train(const TrainRecord& r) override {
-    nlohmann::ordered_json record = {{"type", "train"},
-                                     {"step", r.step},
-                                     {"loss", r.loss},
-                                     {"lr", r.lr},
-                                     {"grad_norm", r.grad_norm},
-                                     {"step_ms", rounded(r.step_ms, 3)},
-                                     {"throughput", rounded(r.throughput, 1)},
-                                     {"throughput_per_gpu", rounded(r.throughput_per_gpu, 1)},
-                                     {"unit", r.unit},
-                                     {"mfu", r.mfu < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(rounded(r.mfu, 4))},
-                                     {"elapsed_s", rounded(r.elapsed_s, 3)},
-                                     {"skipped", r.skipped}};
+    nlohmann::ordered_json record = {
+        {"type", "train"},
+        {"step", r.step},
+        {"loss", r.loss},
+        {"lr", r.lr},
+        {"grad_norm", r.grad_norm},
+        {"step_ms", rounded(r.step_ms, 3)},
+        {"throughput", rounded(r.throughput, 1)},
+        {"throughput_per_gpu", rounded(r.throughput_per_gpu, 1)},
+        {"unit", r.unit},
+        {"mfu", r.mfu < 0 ? nlohmann::ordered_json() : nlohmann::ordered_json(rounded(r.mfu, 4))},
+        {"elapsed_s", rounded(r.elapsed_s, 3)},
+        {"skipped", r.skipped}};
     if (r.loss_scale > 0) record["loss_scale"] = r.loss_scale;
     file_.write_line(json_line(record));
   }

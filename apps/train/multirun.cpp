@@ -182,14 +182,16 @@ int multirun(const std::string& program, const std::string& config_path, const s
   const char* world = std::getenv("WORLD_SIZE");
   DPT_CHECK(world == nullptr || std::string(world) == "1",
             "--multirun starts its runs one after another as child processes: run it without dpt-run (WORLD_SIZE "
-            "is {})", world != nullptr ? world : "");
+            "is {})",
+            world != nullptr ? world : "");
   std::vector<std::string> fixed;
   std::vector<SweepDimension> dimensions;
   for (const auto& o : overrides) {
     SweepDimension d = parse_sweep(o);
     if (d.choices.size() > 1) {
-      DPT_CHECK(d.key.find("checkpoint.dir") == std::string::npos && d.key.find("logging.metrics_file") == std::string::npos,
-                "--multirun chooses each run's checkpoint.dir and metrics file itself; '{}' cannot be swept", d.key);
+      DPT_CHECK(
+          d.key.find("checkpoint.dir") == std::string::npos && d.key.find("logging.metrics_file") == std::string::npos,
+          "--multirun chooses each run's checkpoint.dir and metrics file itself; '{}' cannot be swept", d.key);
       dimensions.push_back(std::move(d));
     } else {
       fixed.push_back(o);

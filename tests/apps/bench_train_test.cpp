@@ -25,7 +25,8 @@ namespace {
 
 using dpt::train::test_util::read_text;
 
-// The "losses" of the JSON line in a benchmark's output, run directly or under dpt-run (null, a non-finite loss, as NaN).
+// The "losses" of the JSON line in a benchmark's output, run directly or under dpt-run (null, a non-finite loss, as
+// NaN).
 std::vector<double> losses_of(const std::string& output) {
   std::vector<double> out;
   std::istringstream lines(output);

@@ -109,13 +109,15 @@ TEST(CommandLine, DptTrainAppliesSetAndBareOverridesInTheOrderGiven) {
 }
 
 TEST(CommandLine, DptRunTakesTorchrunsSpellingsAndItsProgramWithOrWithoutDashes) {
-  RunResult r = run_program("dpt-run --standalone --nproc_per_node=2 --max_restarts 0 sh -c 'echo R=$RANK W=$WORLD_SIZE'");
+  RunResult r =
+      run_program("dpt-run --standalone --nproc_per_node=2 --max_restarts 0 sh -c 'echo R=$RANK W=$WORLD_SIZE'");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "[0]: R=0 W=2\n")) << r.output;
   EXPECT_TRUE(contains(r.output, "[1]: R=1 W=2\n")) << r.output;
   // After '--' the program's own options are its own, --help included.
-  r = run_program("dpt-run --nproc-per-node 1 --nnodes 2 --node_rank 1 --master_addr 10.9.8.7 --master_port 1234 -- "
-                  "sh -c 'echo A=$MASTER_ADDR P=$MASTER_PORT \"$@\"' sh --help");
+  r = run_program(
+      "dpt-run --nproc-per-node 1 --nnodes 2 --node_rank 1 --master_addr 10.9.8.7 --master_port 1234 -- "
+      "sh -c 'echo A=$MASTER_ADDR P=$MASTER_PORT \"$@\"' sh --help");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_TRUE(contains(r.output, "[1]: A=10.9.8.7 P=1234 --help\n")) << r.output;
   expect_usage_error("dpt-run --nproc-per-node 2", "program", "'--'");

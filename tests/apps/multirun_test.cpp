@@ -60,14 +60,14 @@ TEST(Multirun, RunsEveryCombinationInItsOwnDirectoryAndSummarizesThem) {
   const std::string command = bin("dpt-train") + " -c " + quote(config_path("mlp_synthetic.yaml")) +
                               " --multirun training.device=cpu training.steps=4 schedule.warmup_steps=0 "
                               "eval.every=2 eval.batches=1 logging.every=1 data.num_samples=256 "
-                              "model.mlp.hidden=[16] checkpoint.dir=" + quote(dir.file("run")) +
-                              " optim.lr=0.01,0.001 --set training.batch_size=16,32";
+                              "model.mlp.hidden=[16] checkpoint.dir=" +
+                              quote(dir.file("run")) + " optim.lr=0.01,0.001 --set training.batch_size=16,32";
   const RunResult r = run_shell(command);
   ASSERT_EQ(r.exit_code, 0) << r.output;
   const std::string multirun = dir.file("run/multirun");
-  const std::vector<std::string> names = {"optim.lr_0.01__training.batch_size_16", "optim.lr_0.01__training.batch_size_32",
-                                          "optim.lr_0.001__training.batch_size_16",
-                                          "optim.lr_0.001__training.batch_size_32"};
+  const std::vector<std::string> names = {
+      "optim.lr_0.01__training.batch_size_16", "optim.lr_0.01__training.batch_size_32",
+      "optim.lr_0.001__training.batch_size_16", "optim.lr_0.001__training.batch_size_32"};
   std::ifstream csv(multirun + "/summary.csv");
   std::string header;
   std::getline(csv, header);
