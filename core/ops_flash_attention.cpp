@@ -4,8 +4,8 @@
 #include <vector>
 
 #include "core/autograd.h"
-#include "core/env_switch.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "core/flash_attention_kernels.h"
 #include "core/grad_column_sums.h"
 #include "core/kernel_dispatch.h"
@@ -18,12 +18,9 @@
 
 namespace dpt {
 
-namespace {
-EnvSwitch g_cudnn_attention("DPT_CUDNN_ATTENTION");
-}  // namespace
-
-void set_cudnn_attention(bool enabled) { g_cudnn_attention.set(enabled); }
-bool cudnn_attention_enabled() { return g_cudnn_attention.on(); }
+// DPT_ATTENTION's values are auto, flash, reference (core/flags.cpp): cuDNN only under auto.
+void set_cudnn_attention(bool enabled) { set_flag(Flag::Attention, enabled ? "auto" : "flash"); }
+bool cudnn_attention_enabled() { return flag_choice(Flag::Attention) == 0; }
 
 bool fused_causal_attention_supported(DType dtype, int64_t head_dim) {
   return (dtype == DType::Float32 || dtype == DType::BFloat16 || dtype == DType::Float16) &&

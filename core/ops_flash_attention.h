@@ -44,7 +44,7 @@ bool causal_attention_dropout_fused(const Tensor& qkv, int64_t n_head);
 // (deterministic; DPT_CUDNN_ATTENTION_BACKWARD=accumulate for its faster atomic one, =off for ours), a
 // forward on ours takes ours. Only forwards that record autograd use cuDNN (one plan per shape, built
 // once): evaluation and sampling, whose shapes change from call to call, run ours. On by default;
-// DPT_CUDNN_ATTENTION=0 or set_cudnn_attention(false) turns it off (read per call).
+// DPT_ATTENTION=flash or set_cudnn_attention(false) turns it off (core/flags.h).
 void set_cudnn_attention(bool enabled);
 bool cudnn_attention_enabled();
 

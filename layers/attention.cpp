@@ -1,11 +1,10 @@
 #include "layers/attention.h"
 
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "core/ops.h"
 #include "core/ops_attention.h"
 #include "core/ops_flash_attention.h"
@@ -14,15 +13,8 @@ namespace dpt::nn {
 
 namespace {
 
-// DPT_ATTENTION=naive keeps the composed path (scores in memory) on CUDA too, for comparison and
-// debugging; read once per process.
-bool naive_attention_requested() {
-  static const bool naive = [] {
-    const char* v = std::getenv("DPT_ATTENTION");
-    return v != nullptr && std::strcmp(v, "naive") == 0;
-  }();
-  return naive;
-}
+// DPT_ATTENTION=reference keeps the composed path (scores in memory) on CUDA too, for comparison.
+bool reference_attention_requested() { return flag_value(Flag::Attention) == "reference"; }
 
 }  // namespace
 
@@ -43,7 +35,7 @@ Tensor CausalSelfAttention::attend(const Tensor& x) {
   Tensor qkv_out = qkv->forward(x);
   Tensor y;
   const double p = is_training() ? dropout_ : 0.0;
-  if (x.device().is_cuda() && !naive_attention_requested() && (p == 0 || causal_attention_dropout_fused(qkv_out, h))) {
+  if (x.device().is_cuda() && !reference_attention_requested() && (p == 0 || causal_attention_dropout_fused(qkv_out, h))) {
     // 2+3. Fused flash attention on the packed projection (core/ops_flash_attention.h): no [B, H, T, T]
     // scores in memory, and q, k, v read and the heads merged in place, [B, T, 3C] -> [B, T, C]. Dropout
     // on the attention weights is drawn inside the kernels, the mask the composed path below would draw.

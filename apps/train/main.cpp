@@ -3,6 +3,7 @@
 //   dpt-train --config configs/mlp_synthetic.yaml [--set key.path=value ...]
 //   dpt-train --config FILE --print-config     (the resolved config, every key)
 //   dpt-train --config-reference               (every key, its type, default and meaning)
+//   dpt-train --env-reference                  (every environment variable dptrain reads)
 // Exit codes: 0 done; 1 error (one message on stderr, nothing overwritten); 2 usage; 128 + signal when
 // SIGINT/SIGTERM stopped the run after a checkpoint, or before training began (a rendezvous still
 // waiting for peers gives way within a second).
@@ -15,6 +16,7 @@
 #include <vector>
 
 #include "config.h"
+#include "core/flags.h"
 #include "distributed/env.h"
 #include "distributed/socket.h"
 #include "stop_signal.h"
@@ -25,8 +27,9 @@ namespace {
 int usage(const char* program, int code) {
   std::fprintf(code == 0 ? stdout : stderr,
                "usage: %s --config FILE.yaml [--set key.path=value ...] [--print-config]\n"
-               "       %s --config-reference   (every key, its type, default and meaning)\n",
-               program, program);
+               "       %s --config-reference   (every key, its type, default and meaning)\n"
+               "       %s --env-reference      (every environment variable dptrain reads)\n",
+               program, program, program);
   return code;
 }
 
@@ -67,6 +70,9 @@ int main(int argc, char** argv) {
       print_config = true;
     } else if (arg == "--config-reference") {
       std::cout << dpt::train::config_reference();
+      return 0;
+    } else if (arg == "--env-reference") {
+      std::cout << dpt::environment_reference();
       return 0;
     } else if (arg == "--help" || arg == "-h") {
       return usage(argv[0], 0);

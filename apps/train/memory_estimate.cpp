@@ -8,8 +8,8 @@
 #include <sstream>
 
 #include "core/cuda_runtime.h"
-#include "core/env_switch.h"
 #include "core/error.h"
+#include "core/flags.h"
 
 namespace dpt::train {
 
@@ -139,8 +139,6 @@ double cgroup_room() {
   return -1;
 }
 
-const EnvSwitch kMemoryCheck("DPT_MEMORY_CHECK");
-
 }  // namespace
 
 std::string human_bytes(double bytes) {
@@ -198,7 +196,7 @@ double available_memory(const Device& device, int local_processes, std::string* 
 
 void check_memory_fits(const Config& config, const DataShape& shape, DType compute, const Device& device,
                        int local_processes, int world_size) {
-  if (!kMemoryCheck.on()) return;
+  if (!flag_on(Flag::MemoryCheck)) return;
   std::string keys, where;
   const MemoryEstimate e = estimate_training_memory(config, shape, compute, device, world_size, &keys);
   const double available = available_memory(device, local_processes, &where);
