@@ -38,7 +38,7 @@ namespace dpt::dist {
 // How CUDA buckets are averaged. Nccl (the default): ncclAvg AllReduce. CopyEngine: DMA between the
 // GPUs' mapped buckets (distributed/peer_exchange.h); needs every rank's GPU on one host with peer access
 // to every other's, and is an error otherwise. Auto: CopyEngine where possible, else Nccl. The copy
-// engines leave the SMs to backward, but measure slower than NCCL on 2 x H200 (docs/performance-notes.md).
+// engines leave the SMs to backward, but measure slower than NCCL on 2 x H200 (docs/performance.md).
 // comm_dtype and sharded buckets always use NCCL.
 enum class GradExchange { Auto, Nccl, CopyEngine };
 GradExchange parse_grad_exchange(const std::string& text);  // "auto", "nccl", "copy_engine"

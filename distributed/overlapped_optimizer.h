@@ -15,7 +15,7 @@
 //   comm stream:           AR 0 ...... AR 1 ........ AR 2 ...
 //   update stream:               update(0)     update(1)     update(2)
 //
-// On 2 x H200 neither is faster everywhere (docs/performance-notes.md, seventh round): the update stream
+// On 2 x H200 neither is faster everywhere (docs/performance.md): the update stream
 // gained 1-4% on the MLP and lost 0.7% on GPT-2, whose AdamW then competes with backward for memory
 // bandwidth. On CPU (Gloo) the updates always run at the end of backward.
 //
