@@ -4,19 +4,11 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
-#include "core/flags.h"
 #include "core/ops.h"
 #include "core/ops_attention.h"
 #include "core/ops_flash_attention.h"
 
 namespace dpt::nn {
-
-namespace {
-
-// DPT_ATTENTION=reference keeps the composed path (scores in memory) on CUDA too, for comparison.
-bool reference_attention_requested() { return flag_value(Flag::Attention) == "reference"; }
-
-}  // namespace
 
 CausalSelfAttention::CausalSelfAttention(int64_t n_embd, int64_t n_head, double dropout, Generator& gen, bool bias)
     : n_embd_(n_embd), n_head_(n_head), dropout_(dropout), gen_(&gen) {
@@ -35,10 +27,11 @@ Tensor CausalSelfAttention::attend(const Tensor& x) {
   Tensor qkv_out = qkv->forward(x);
   Tensor y;
   const double p = is_training() ? dropout_ : 0.0;
-  if (x.device().is_cuda() && !reference_attention_requested() && (p == 0 || causal_attention_dropout_fused(qkv_out, h))) {
+  if (x.device().is_cuda() && (p == 0 || causal_attention_dropout_fused(qkv_out, h))) {
     // 2+3. Fused flash attention on the packed projection (core/ops_flash_attention.h): no [B, H, T, T]
     // scores in memory, and q, k, v read and the heads merged in place, [B, T, 3C] -> [B, T, C]. Dropout
     // on the attention weights is drawn inside the kernels, the mask the composed path below would draw.
+    // (Where CUDA has no fused kernel for the case, or DPT_ATTENTION=reference, the op composes itself.)
     y = causal_attention_qkv(qkv_out, n_head_, scale, p, *gen_);
   } else {
     // Split heads: [B, T, C] -> [B, H, T, D].
