@@ -11,7 +11,7 @@
 #include "core/ops.h"
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/stream.h"
-#include "distributed/peer_average.h"
+#include "distributed/block_average.h"
 #endif
 
 namespace dpt::dist {
@@ -67,22 +67,6 @@ NamedTensors trainable(const NamedTensors& params) {
 
 }  // namespace
 
-GradExchange parse_grad_exchange(const std::string& text) {
-  if (text == "auto") return GradExchange::Auto;
-  if (text == "nccl") return GradExchange::Nccl;
-  if (text == "copy_engine") return GradExchange::CopyEngine;
-  DPT_FAIL("unknown gradient exchange '{}' (expected auto, nccl or copy_engine)", text);
-}
-
-const char* grad_exchange_name(GradExchange e) {
-  switch (e) {
-    case GradExchange::Auto: return "auto";
-    case GradExchange::Nccl: return "nccl";
-    case GradExchange::CopyEngine: return "copy_engine";
-  }
-  return "?";
-}
-
 DistributedDataParallel::DistributedDataParallel(std::shared_ptr<nn::Module> module,
                                                  std::shared_ptr<ProcessGroup> group, DDPOptions options)
     : DistributedDataParallel(module->named_parameters(), module->named_buffers(), std::move(group), options) {
@@ -98,7 +82,6 @@ DistributedDataParallel::DistributedDataParallel(NamedTensors params, NamedTenso
             options_.bucket_cap_mb, options_.first_bucket_mb);
   verify_same_model_across_ranks();
   broadcast_from_rank0();
-  use_peer_exchange_ = decide_peer_exchange();
   std::vector<size_t> reverse(params_.size());
   std::iota(reverse.rbegin(), reverse.rend(), size_t{0});
   build_buckets(reverse);
@@ -140,34 +123,7 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
   DPT_CHECK(problem.empty(), "DistributedDataParallel: {}", problem);
 }
 
-// Every input here is the same on every rank (options, and the model verified above), so either all
-// ranks call the collective PeerExchange::available or none does.
-bool DistributedDataParallel::decide_peer_exchange() {
-  const GradExchange wanted = options_.grad_exchange;
-  if (wanted == GradExchange::Nccl || params_.empty()) return false;
-  std::string why_not;
-  const Tensor& first = params_.front().second;
-  bool eligible = first.device().is_cuda();
-  if (!eligible) why_not = "the parameters are not on a CUDA device";
-  for (const auto& [name, p] : params_) {
-    const bool dtype_ok = p.dtype() == DType::Float32 || p.dtype() == DType::BFloat16 || p.dtype() == DType::Float16;
-    if (eligible && (!dtype_ok || p.device() != first.device())) {
-      eligible = false;
-      why_not = fmt::format("parameter '{}' is {} on {}", name, dtype_name(p.dtype()), p.device().str());
-    }
-  }
-  if (eligible && options_.comm_dtype && *options_.comm_dtype != first.dtype()) {
-    eligible = false;
-    why_not = "comm_dtype differs from the parameters' dtype";
-  }
-  if (eligible) eligible = PeerExchange::available(*group_, first.device().index, &why_not);
-  DPT_CHECK(eligible || wanted != GradExchange::CopyEngine,
-            "DistributedDataParallel: grad_exchange copy_engine is not possible here: {}", why_not);
-  return eligible;
-}
-
 const char* DistributedDataParallel::exchange_name() const {
-  if (exchange_) return "copy engines";
   if (ce_group_) return "nccl (copy engines)";
   return params_.empty() || !params_.front().second.device().is_cuda() ? "gloo" : "nccl";
 }
@@ -200,21 +156,6 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
     return;
   }
 
-  // The copy-engine path owns the bucket buffers (memory its peers map). A new layout gets a new
-  // exchange; the old buffers live on through the gradients still viewing them until rebound below.
-  std::unique_ptr<PeerExchange> previous = std::move(exchange_);
-  if (use_peer_exchange_) {
-    std::vector<ExchangeBucket> shapes;
-    for (const auto& spec : specs) {
-      int64_t total = 0;
-      for (size_t i : spec.params) total += tensors[i].numel();
-      shapes.push_back({total, tensors[spec.params.front()].dtype()});
-    }
-    exchange_ = std::make_unique<PeerExchange>(group_, shapes, tensors.front().device().index,
-                                               "ddp" + std::to_string(instance_id()) + "/layout" +
-                                                   std::to_string(++exchange_generation_));
-  }
-
   std::vector<GradBucket> buckets;
   first_bucket_of_.assign(params_.size(), 0);
   last_bucket_of_.assign(params_.size(), 0);
@@ -229,7 +170,7 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
       total += tensors[i].numel();
     }
     const Tensor& first = tensors[bucket.params.front()];
-    bucket.buffer = exchange_ ? exchange_->buffer(b) : zeros({total}, first.options());
+    bucket.buffer = zeros({total}, first.options());
     if (options_.comm_dtype && *options_.comm_dtype != first.dtype()) {
       bucket.comm_buffer = zeros({total}, first.options().with_dtype(*options_.comm_dtype));
     }
@@ -242,7 +183,6 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
   for (size_t i = 0; i < params_.size(); ++i) bind_grad_to_bucket(i);
   ready_.assign(params_.size(), false);
   next_to_launch_ = 0;
-  previous.reset();
 }
 
 // The sharded layout: every gradient in one flat buffer, in the order of `specs` (the buckets
@@ -255,7 +195,6 @@ void DistributedDataParallel::build_buckets(const std::vector<size_t>& order) {
 // stay one view each). The total is padded to a multiple of the world size; the padding is never a
 // gradient and stays zero on every rank, so its reduced value is zero too.
 void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec>& specs) {
-  std::unique_ptr<PeerExchange> previous = std::move(exchange_);  // sharded buckets always use NCCL or Gloo
   if (params_.empty()) return;
   const Tensor& first = params_.front().second;
   first_bucket_of_.assign(params_.size(), 0);
@@ -292,9 +231,9 @@ void DistributedDataParallel::build_sharded_buckets(const std::vector<BucketSpec
   auto round_up = [granule](int64_t n) { return (n + granule - 1) / granule * granule; };
   const int64_t padded = round_up(total);
 #ifdef DPT_HAVE_CUDA
-  DPT_CHECK(!copy_engines || world <= kMaxPeerRanks,
+  DPT_CHECK(!copy_engines || world <= kMaxAveragedRanks,
             "DistributedDataParallel: copy_engines averages at most {} ranks (one host's GPUs), the group has {}",
-            kMaxPeerRanks, world);
+            kMaxAveragedRanks, world);
 #endif
   if (copy_engines && !ce_group_) {
     ProcessGroupOptions ce_options = group_->options();
@@ -438,9 +377,7 @@ void DistributedDataParallel::launch(GradBucket& bucket) {
 #endif
   const ReduceOp op = nccl_average ? ReduceOp::Avg : ReduceOp::Sum;
   const size_t index = static_cast<size_t>(&bucket - buckets_.data());
-  if (exchange_) {
-    bucket.work = exchange_->average(index);
-  } else if (sharded_) {
+  if (sharded_) {
     // In place: this rank's block of the bucket receives the average of every rank's block (NCCL and our
     // Gloo backend both accept the output inside the input at offset rank * block).
     const int64_t block = payload.numel() / group_->size();
@@ -489,7 +426,7 @@ void DistributedDataParallel::average_received(GradBucket& bucket) {
   std::vector<const void*> copies;
   for (int r = 0; r < world; ++r) copies.push_back(static_cast<const char*>(bucket.received.data_ptr()) + r * bytes);
   void* mine = static_cast<char*>(bucket.buffer.data_ptr()) + group_->rank() * bytes;
-  peer_average(mine, copies, block, bucket.buffer.dtype(), cuda::current_stream(bucket.buffer.device().index));
+  block_average(mine, copies, block, bucket.buffer.dtype(), cuda::current_stream(bucket.buffer.device().index));
 #endif
 }
 

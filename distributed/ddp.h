@@ -29,20 +29,10 @@
 
 #include "core/tensor.h"
 #include "distributed/grad_bucket.h"
-#include "distributed/peer_exchange.h"
 #include "distributed/process_group.h"
 #include "layers/module.h"
 
 namespace dpt::dist {
-
-// How CUDA buckets are averaged. Nccl (the default): ncclAvg AllReduce. CopyEngine: DMA between the
-// GPUs' mapped buckets (distributed/peer_exchange.h); needs every rank's GPU on one host with peer access
-// to every other's, and is an error otherwise. Auto: CopyEngine where possible, else Nccl. The copy
-// engines leave the SMs to backward, but measure slower than NCCL on 2 x H200 (docs/performance-notes.md).
-// comm_dtype and sharded buckets always use NCCL.
-enum class GradExchange { Auto, Nccl, CopyEngine };
-GradExchange parse_grad_exchange(const std::string& text);  // "auto", "nccl", "copy_engine"
-const char* grad_exchange_name(GradExchange e);
 
 struct DDPOptions {
   double bucket_cap_mb = 25.0;
@@ -51,7 +41,6 @@ struct DDPOptions {
   std::optional<DType> comm_dtype;  // e.g. bfloat16: communicate in it, accumulate back in float32
   bool rebuild_buckets = true;      // after the first iteration, in observed ready order
   bool broadcast_buffers = true;
-  GradExchange grad_exchange = GradExchange::Nccl;
   // Sharded buckets (shard_buckets, ZeRO-1) on CUDA: move the bytes of the reduce-scatters and of the
   // all-gathers with the copy engines, not with NCCL kernels beside backward's. The buckets live in NCCL
   // symmetric memory and go through a communicator with the zero-CTA policy (NCCL 2.28+, one host, GPUs with
@@ -133,12 +122,8 @@ class DistributedDataParallel {
   const Tensor& sharded_parameters() const { return sharded_params_; }
 
   size_t num_buckets() const { return buckets_.size(); }
-  // What averages the buckets now: "copy engines" (grad_exchange), "nccl (copy engines)" (copy_engines),
-  // "nccl" or "gloo".
+  // What averages the buckets now: "nccl (copy engines)" (copy_engines), "nccl" or "gloo".
   const char* exchange_name() const;
-  // Whether a CUDA graph can hold the exchange: not PeerExchange (grad_exchange copy_engine), whose flags
-  // carry host sequence numbers that replays would repeat.
-  bool graph_capturable() const { return exchange_ == nullptr; }
   // Parameter names of each bucket, in bucket order (for tests and logs).
   std::vector<std::vector<std::string>> bucket_layout() const;
   // Opt-in per-bucket CUDA event timing of the last synchronised backward (host-synchronises when read).
@@ -150,7 +135,6 @@ class DistributedDataParallel {
   void verify_same_model_across_ranks();
   void take_reduced(GradBucket& bucket);
   void average_received(GradBucket& bucket);
-  bool decide_peer_exchange();
   void broadcast_from_rank0();
   void build_buckets(const std::vector<size_t>& order);
   void build_sharded_buckets(const std::vector<BucketSpec>& specs);
@@ -188,9 +172,6 @@ class DistributedDataParallel {
   bool sync_enabled_ = true;
   bool rebuilt_ = false;
   bool sharded_ = false;
-  bool use_peer_exchange_ = false;
-  std::unique_ptr<PeerExchange> exchange_;  // the copy-engine path's buffers and stream, when in use
-  int exchange_generation_ = 0;             // a new exchange (new buffers) per bucket layout
   uint64_t callback_id_ = 0;
   BucketHook bucket_hook_;
   HookTiming hook_timing_ = HookTiming::AtBackwardEnd;

@@ -79,7 +79,6 @@ struct Args {
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   bool gathered_grads = false;     // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
-  std::string grad_exchange = "nccl";  // with DDP: nccl, copy_engine or auto (DDPOptions::grad_exchange)
   bool copy_engines = false;  // with --zero: reduce-scatters and all-gathers on the copy engines (DDPOptions)
   std::string save_start;  // non-empty: write the initial float32 parameters and the batch here (rank 0)
   bool cuda_graph = false;  // capture one step after warm-up and replay it (one launch per step)
@@ -109,7 +108,6 @@ Args parse(int argc, char** argv) {
     else if (k == "--unfused-master") a.unfused_master = true;
     else if (k == "--zero") a.zero = true;
     else if (k == "--gathered-grads") a.gathered_grads = a.zero = true;
-    else if (k == "--grad-exchange") a.grad_exchange = value();
     else if (k == "--copy-engines") a.copy_engines = true;
     else if (k == "--save-start") a.save_start = value();
     else if (k == "--losses") a.losses = true;
@@ -118,7 +116,7 @@ Args parse(int argc, char** argv) {
     else if (k == "--cuda-graph") a.cuda_graph = true;
     else DPT_FAIL("dpt-bench train: unknown option '{}' (--workload, --steps, --warmup, --precision, --device, "
                   "--peak-tflops, --bucket-cap-mb, --comm-dtype, --overlap-optimizer, --updates-when-reduced, "
-                  "--unfused-master, --zero, --gathered-grads, --grad-exchange, --copy-engines, --save-start, "
+                  "--unfused-master, --zero, --gathered-grads, --copy-engines, --save-start, "
                   "--losses, --batches, --held, --cuda-graph)", k);
   }
   DPT_CHECK(a.steps > 0 && a.warmup >= 0, "dpt-bench train: --steps must be > 0 and --warmup >= 0");
@@ -249,7 +247,6 @@ int run_train_bench(int argc, char** argv) {
   if (group) {
     dist::DDPOptions o;
     o.bucket_cap_mb = args.bucket_cap_mb;
-    o.grad_exchange = dist::parse_grad_exchange(args.grad_exchange);
     o.copy_engines = args.copy_engines;
     if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
     ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
@@ -279,12 +276,9 @@ int run_train_bench(int argc, char** argv) {
   if (twins && !zero && !gathered) mp.fuse_with(opt);
   const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
   // With DDP the graph holds the step's NCCL collectives too (AllReduces, or ZeRO's reduce-scatters and
-  // all-gathers); the copy-engine exchange's flags are not captured.
+  // all-gathers).
   DPT_CHECK(!args.cuda_graph || device.is_cuda(), "dpt-bench train: --cuda-graph runs on a GPU (device {})",
             device.str());
-  DPT_CHECK(!args.cuda_graph || !ddp || ddp->graph_capturable(),
-            "dpt-bench train: --cuda-graph with several GPUs needs NCCL (--grad-exchange nccl); gradients are "
-            "averaged by {}", ddp ? ddp->exchange_name() : "");
   DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(), "dpt-bench train: --cuda-graph needs bf16 with fused "
             "master updates or fp32 (not --unfused-master)");
   if (args.cuda_graph) opt.count_steps_on_device();  // replays advance the step on the device

@@ -270,7 +270,6 @@ void Trainer::setup_optimizer() {
     dist::DDPOptions d;
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
     d.first_bucket_mb = config_.distributed.first_bucket_mb;
-    d.grad_exchange = dist::parse_grad_exchange(config_.distributed.grad_exchange);
     d.find_unused_parameters = config_.distributed.find_unused_parameters;
     d.copy_engines = config_.distributed.copy_engines;
     // bf16 communication of float32 gradients; under bf16/fp16 precision the gradients already are 16-bit.
@@ -308,10 +307,6 @@ void Trainer::setup_optimizer() {
   }
   graph_choice_ = choose_cuda_graph();
   if (graph_choice_.rfind("replayed", 0) == 0) {
-    DPT_CHECK(!ddp_ || ddp_->graph_capturable(),
-              "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
-              "(distributed.grad_exchange)",
-              ddp_ ? ddp_->exchange_name() : "");
     // What the graph holds: zeroed gradients, the loss, its backward (apps/train/step_graph.h).
     step_graph_ = std::make_unique<StepGraph>(
         [this](const data::Batch& batch) {

@@ -1,14 +1,13 @@
 // Worker of the DDP parity tests (tests/distributed/ddp_test.cpp), started by dpt-run on every rank.
 //
-//   dpt_test_ddp_parity <model> <mode> <device> [auto | nccl | copy_engine]
+//   dpt_test_ddp_parity <model> <mode> <device> [nccl | ce_collectives]
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
-//          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
+//          | zerobf16 | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
 //          | zerostep | zerosteptiny | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
-//   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto), or
-//   ce_collectives for DDPOptions::copy_engines (ZeRO-1's sharded buckets on the copy engines).
-//   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
+//   The last argument: nccl (the default) or ce_collectives for DDPOptions::copy_engines (ZeRO-1's
+//   sharded buckets on the copy engines).
 //
 // Every rank trains two copies of the same model from the same seed for 5 AdamW steps: a reference on
 // the whole global batch (N ranks x b rows), as one process would, and a DDP replica on its own slice
@@ -29,7 +28,6 @@
 #include "distributed/ddp.h"
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/overlapped_optimizer.h"
-#include "distributed/peer_exchange.h"
 #include "distributed/process_group.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/gpt.h"
@@ -581,49 +579,11 @@ bool run_mismatch(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   return false;
 }
 
-// Buckets of awkward sizes and every supported dtype, averaged three times over (the flags and
-// receive areas are reused): each element must be the mean of the ranks' values. The values are small
-// integers, so for two ranks the mean (a multiple of 1/2) is exact in every dtype.
-bool run_exchange(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
-  const std::vector<int64_t> sizes = {1, 63, 64, 129, 0, 1000, 100003};
-  const std::vector<DType> dtypes = {DType::Float32, DType::BFloat16, DType::Float16};
-  std::vector<dist::ExchangeBucket> buckets;
-  for (size_t b = 0; b < sizes.size(); ++b) buckets.push_back({sizes[b], dtypes[b % dtypes.size()]});
-  dist::PeerExchange exchange(pg, buckets, s.device.index, "test");
-  auto value = [](int round, int rank, size_t b, int64_t i) {
-    return static_cast<float>((i * 7 + static_cast<int64_t>(b) * 3 + rank * 5 + round * 11) % 17 - 8);
-  };
-  for (int round = 0; round < 3; ++round) {
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      std::vector<float> mine(static_cast<size_t>(sizes[b]));
-      for (int64_t i = 0; i < sizes[b]; ++i) mine[static_cast<size_t>(i)] = value(round, s.rank, b, i);
-      exchange.buffer(b).copy_(from_vector(mine, {sizes[b]}, TensorOptions{}.with_device(s.device)));
-    }
-    std::vector<std::shared_ptr<dist::Work>> works;
-    for (size_t b = 0; b < buckets.size(); ++b) works.push_back(exchange.average(b));
-    for (auto& w : works) w->wait();
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      std::vector<float> got = exchange.buffer(b).to_vector<float>();
-      for (int64_t i = 0; i < sizes[b]; ++i) {
-        float want = 0;
-        for (int r = 0; r < s.world; ++r) want += value(round, r, b, i);
-        want /= static_cast<float>(s.world);
-        if (std::fabs(got[static_cast<size_t>(i)] - want) > 1e-2f * std::max(1.0f, std::fabs(want))) {
-          std::fprintf(stderr, "rank %d: round %d bucket %zu (%s) element %lld: got %g, want %g\n", s.rank, round, b,
-                       dtype_name(buckets[b].dtype), static_cast<long long>(i), got[static_cast<size_t>(i)], want);
-          return false;
-        }
-      }
-    }
-  }
-  return true;
-}
-
 }  // namespace
 
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: %s mlp|gpt MODE cpu|cuda [auto|nccl|copy_engine|ce_collectives]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s mlp|gpt MODE cpu|cuda [nccl|ce_collectives]\n", argv[0]);
     return 2;
   }
   try {
@@ -640,8 +600,9 @@ int main(int argc, char** argv) {
     // "ce_collectives": ZeRO's sharded buckets on the copy engines (DDPOptions::copy_engines).
     if (argc == 5 && std::string(argv[4]) == "ce_collectives") {
       o.copy_engines = true;
-    } else if (argc == 5) {
-      o.grad_exchange = dist::parse_grad_exchange(argv[4]);
+    } else if (argc == 5 && std::string(argv[4]) != "nccl") {
+      std::fprintf(stderr, "unknown exchange %s (nccl or ce_collectives)\n", argv[4]);
+      return 2;
     }
     bool ok = false;
     if (mode == "default") {
@@ -714,8 +675,6 @@ int main(int argc, char** argv) {
       ok = run_zero_bf16(s, pg, o, Stepping::kGatheredOnStep);
     } else if (mode == "gatheredtwice") {
       ok = run_gathered_twice(s, pg);
-    } else if (mode == "exchange") {
-      ok = run_exchange(s, pg);
     } else {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
       return 2;
