@@ -85,9 +85,12 @@ std::string param_name(const std::string& path, const char* leaf) { return path.
 }  // namespace
 
 GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
-                                       const Factory& make, When when)
+                                       const Factory& make, UpdateTiming when)
     : ddp_(ddp), when_(when), shard_("GatheredLinearZero", groups), group_(ddp.process_group()) {
   NoGradGuard no_grad;
+  DPT_CHECK(when_ != UpdateTiming::AtBackwardEnd,
+            "GatheredLinearZero: updates run as each layer's gradients are formed (WhenReduced) or on step() "
+            "(OnStep), not AtBackwardEnd");
   DPT_CHECK(ddp.module() != nullptr, "GatheredLinearZero: DDP must wrap a module (its Linear layers are sharded)");
   const int64_t world = group_->size(), rank = group_->rank();
   std::vector<std::pair<std::string, nn::Linear*>> linears;
@@ -180,7 +183,7 @@ void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
             dpre.numel(), layer.dpre_all.numel() / group_->size());
   if (!in_backward_) {
     in_backward_ = true;
-    if (when_ == When::DuringBackward) inner_->begin_step();
+    if (when_ == UpdateTiming::WhenReduced) inner_->begin_step();
   }
   layer.dpre_gather = collective(0, [&] { return group_->allgather(layer.dpre_all, dpre); });
   if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
@@ -228,7 +231,7 @@ void GatheredLinearZero::launch_update(size_t l) {
   layer.x_gather.reset();
   layer.dpre_gather.reset();
   form_gradients(layer);
-  if (when_ == When::DuringBackward) update_and_gather(layer);
+  if (when_ == UpdateTiming::WhenReduced) update_and_gather(layer);
 }
 
 // The update of this rank's pieces, then the all-gather of the weight's rows (second communicator, ordered
@@ -270,8 +273,8 @@ void GatheredLinearZero::finish_backward() {
 }
 
 double GatheredLinearZero::clip_grad_norm(double max_norm) {
-  DPT_CHECK(when_ == When::OnStep,
-            "GatheredLinearZero::clip_grad_norm: only when the update runs on step() (When::OnStep)");
+  DPT_CHECK(when_ == UpdateTiming::OnStep,
+            "GatheredLinearZero::clip_grad_norm: only when the update runs on step() (UpdateTiming::OnStep)");
   // Weight rows are disjoint across ranks; every rank holds the same whole bias gradients, counted on rank 0.
   std::vector<Tensor> counted, scaled;
   for (const Layer& layer : layers_) {
@@ -285,7 +288,7 @@ double GatheredLinearZero::clip_grad_norm(double max_norm) {
 }
 
 void GatheredLinearZero::step() {
-  DPT_CHECK(when_ == When::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
+  DPT_CHECK(when_ == UpdateTiming::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
   NoGradGuard no_grad;
   inner_->begin_step();
   for (Layer& layer : layers_) update_and_gather(layer);

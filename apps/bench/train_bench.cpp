@@ -261,12 +261,11 @@ int run_train_bench(int argc, char** argv) {
     } else if (args.zero) {
       zero = std::make_unique<dist::ZeroOptimizer>(
           *ddp, optim::weight_decay_groups(mp.master_params(), 0.1), make_shard,
-          args.updates_when_reduced ? dist::ZeroOptimizer::When::DuringBackward
-                                    : dist::ZeroOptimizer::When::EndOfBackward);
+          args.updates_when_reduced ? dist::UpdateTiming::WhenReduced : dist::UpdateTiming::AtBackwardEnd);
     } else if (args.overlap_optimizer) {
       dist::step_in_backward(*ddp, opt,
-                             args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced
-                                                       : dist::DistributedDataParallel::HookTiming::AtBackwardEnd);
+                             args.updates_when_reduced ? dist::UpdateTiming::WhenReduced
+                                                       : dist::UpdateTiming::AtBackwardEnd);
     }
   }
   // bf16: the fused update reads the bf16 gradients and writes the bf16 parameters itself (no float32
@@ -429,7 +428,7 @@ int run_train_bench(int argc, char** argv) {
       std::printf("dpt-bench train: Linear gradients formed from all-gathered inputs and output gradients "
                   "(GatheredLinearZero)\n");
     } else if (ddp && device.is_cuda()) {
-      std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name());
+      std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name().c_str());
     }
     if (ddp && device.is_cuda()) {
       std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward%s (%.1f%% "

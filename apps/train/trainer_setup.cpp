@@ -281,11 +281,11 @@ void Trainer::setup_optimizer() {
   // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
   auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
   if (sharded && config_.distributed.zero) {
-    sharded_ = std::make_unique<dist::ZeroOptimizer>(*ddp_, groups, make_shard, dist::ZeroOptimizer::When::OnStep);
+    sharded_ = std::make_unique<dist::ZeroOptimizer>(*ddp_, groups, make_shard, dist::UpdateTiming::OnStep);
   } else if (sharded) {
     try {
       sharded_ =
-          std::make_unique<dist::GatheredLinearZero>(*ddp_, groups, make_shard, dist::GatheredLinearZero::When::OnStep);
+          std::make_unique<dist::GatheredLinearZero>(*ddp_, groups, make_shard, dist::UpdateTiming::OnStep);
     } catch (const std::exception& e) {
       DPT_FAIL("distributed.gathered_grads: {}", e.what());
     }

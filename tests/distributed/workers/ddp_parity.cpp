@@ -29,6 +29,7 @@
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
+#include "distributed/sharded_exchange.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/gpt.h"
 #include "layers/losses.h"
@@ -185,24 +186,23 @@ enum class Stepping {
   kGatheredOnStep
 };
 
-// A sharded optimizer stepped by the caller (the When::OnStep modes): ZeRO-1 or gathered-input gradients.
+// A sharded optimizer stepped by the caller (UpdateTiming::OnStep): ZeRO-1 or gathered-input gradients.
 std::unique_ptr<dist::ShardedOptimizer> make_on_step(dist::DistributedDataParallel& ddp,
                                                      const std::vector<optim::ParamGroup>& groups,
                                                      Stepping stepping) {
   if (stepping == Stepping::kGatheredOnStep)
-    return std::make_unique<dist::GatheredLinearZero>(ddp, groups, make_adamw, dist::GatheredLinearZero::When::OnStep);
-  return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make_adamw, dist::ZeroOptimizer::When::OnStep);
+    return std::make_unique<dist::GatheredLinearZero>(ddp, groups, make_adamw, dist::UpdateTiming::OnStep);
+  return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make_adamw, dist::UpdateTiming::OnStep);
 }
 
 std::unique_ptr<dist::ZeroOptimizer> make_zero(dist::DistributedDataParallel& ddp,
                                                const std::vector<optim::ParamGroup>& groups,
                                                const dist::ZeroOptimizer::Factory& make, Stepping stepping) {
-  using When = dist::ZeroOptimizer::When;
-  return std::make_unique<dist::ZeroOptimizer>(
-      ddp, groups, make,
-      stepping == Stepping::kZeroWhenReduced ? When::DuringBackward
-      : stepping == Stepping::kZeroOnStep    ? When::OnStep
-                                             : When::EndOfBackward);
+  using dist::UpdateTiming;
+  return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make,
+                                               stepping == Stepping::kZeroWhenReduced ? UpdateTiming::WhenReduced
+                                               : stepping == Stepping::kZeroOnStep    ? UpdateTiming::OnStep
+                                                                                      : UpdateTiming::AtBackwardEnd);
 }
 
 // One DDP replica next to the single-process reference, for kSteps steps.
@@ -216,7 +216,7 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
   std::unique_ptr<dist::ZeroOptimizer> zero;
   if (stepping == Stepping::kInBackward) dist::step_in_backward(ddp, *rep_opt);
   if (stepping == Stepping::kInBackwardWhenReduced) {
-    dist::step_in_backward(ddp, *rep_opt, dist::DistributedDataParallel::HookTiming::WhenReduced);
+    dist::step_in_backward(ddp, *rep_opt, dist::UpdateTiming::WhenReduced);
   }
   if (stepping == Stepping::kZero || stepping == Stepping::kZeroWhenReduced) {
     zero = make_zero(ddp, rep_opt->param_groups(), make_adamw, stepping);
@@ -405,13 +405,13 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
          compare(*models[1], *models[2], tol, "one vs default bucket", s.rank);
 }
 
-// ZeRO-1 with the update on step() (ZeroOptimizer::When::OnStep), as a trainer runs it: backward
+// ZeRO-1 with the update on step() (UpdateTiming::OnStep), as a trainer runs it: backward
 // reduce-scatters, clip_grad_norm() clips by the global norm of the ranks' blocks together, step()
 // updates and all-gathers. Against one process on the global batch with optim::clip_grad_norm and
 // AdamW: the norms, the parameters and the optimizer state of whole parameters (full_state_dict()) agree;
 // a second ZeRO replica resumed from the reference's plain state (load_full_state_dict()) takes the next
 // step like the reference.
-// Stepping::kGatheredOnStep: the same of GatheredLinearZero::When::OnStep (the biases' replicated state
+// Stepping::kGatheredOnStep: the same of GatheredLinearZero with UpdateTiming::OnStep (the biases' replicated state
 // counted once in the norm and in full_state_dict()).
 bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options,
                       Stepping stepping = Stepping::kZeroOnStep) {
@@ -466,21 +466,23 @@ bool run_shard_layout(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   dist::DDPOptions o;
   o.bucket_cap_mb = static_cast<double>(cap_elems * 4) / (1024.0 * 1024.0);
   dist::DistributedDataParallel ddp(model, pg, o);
-  ddp.shard_buckets();
+  auto owned = std::make_unique<dist::ShardedExchange>(pg, static_cast<size_t>(cap_elems * 4), false);
+  const dist::ShardedExchange& exchange = *owned;
+  ddp.set_exchange(std::move(owned));
   auto fail = [&](const std::string& what) {
     std::fprintf(stderr, "rank %d: sharded layout: %s\n", s.rank, what.c_str());
     return false;
   };
   const auto* grads0 = static_cast<const char*>(ddp.bucket(0).buffer.data_ptr());
-  const auto* values0 = static_cast<const char*>(ddp.bucket(0).param_buffer.data_ptr());
+  const auto* values0 = static_cast<const char*>(exchange.param_buffer(0).data_ptr());
   int64_t flat = 0;  // elements before the bucket
   std::vector<int> buckets_of(ddp.parameters().size(), 0);
   for (size_t b = 0; b < ddp.num_buckets(); ++b) {
     const dist::GradBucket& bucket = ddp.bucket(b);
     const int64_t n = bucket.buffer.numel();
-    if (n == 0 || n % s.world != 0 || bucket.param_buffer.numel() != n)
+    if (n == 0 || n % s.world != 0 || exchange.param_buffer(b).numel() != n)
       return fail("bucket " + std::to_string(b) + " holds " + std::to_string(n) + " elements");
-    if (bucket.buffer.data_ptr() != grads0 + flat * 4 || bucket.param_buffer.data_ptr() != values0 + flat * 4)
+    if (bucket.buffer.data_ptr() != grads0 + flat * 4 || exchange.param_buffer(b).data_ptr() != values0 + flat * 4)
       return fail("bucket " + std::to_string(b) + " does not follow the one before it");
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const Tensor& p = ddp.parameters()[bucket.params[j]].second;
@@ -549,7 +551,7 @@ bool run_zero_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
   dist::DistributedDataParallel ddp(params, model->named_buffers(), pg, o);
   dist::ZeroOptimizer zero(ddp, optim::AdamW(params, adam_options()).param_groups(), make_adamw,
-                           dist::ZeroOptimizer::When::OnStep);
+                           dist::UpdateTiming::OnStep);
   auto reference = make_model(s);
   auto ref_opt = make_optimizer(*reference);
   for (int step = 0; step < kSteps; ++step) {
