@@ -15,12 +15,11 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
+#include "distributed/data_parallel.h"
 #include "distributed/ddp.h"
 #include "distributed/env.h"
 #include "distributed/gathered_linear_zero.h"
-#include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
-#include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"
 #include "layers/losses.h"
@@ -242,37 +241,37 @@ int run_train_bench(int argc, char** argv) {
   adam.beta2 = 0.95;
   optim::AdamW opt(optim::weight_decay_groups(mp.master_params(), 0.1), adam);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
-  std::unique_ptr<dist::ZeroOptimizer> zero;
-  std::unique_ptr<dist::GatheredLinearZero> gathered;
+  std::unique_ptr<dist::ShardedOptimizer> sharded;  // --zero or --gathered-grads: updated inside backward
+  dist::GatheredLinearZero* gathered = nullptr;     // --gathered-grads: it times its own collectives
   if (group) {
-    dist::DDPOptions o;
-    o.bucket_cap_mb = args.bucket_cap_mb;
-    o.copy_engines = args.copy_engines;
-    if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
-    ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
+    dist::DataParallelOptions dp;
+    dp.ddp.bucket_cap_mb = args.bucket_cap_mb;
+    dp.ddp.copy_engines = args.copy_engines;
+    if (!args.comm_dtype.empty()) dp.ddp.comm_dtype = parse_dtype(args.comm_dtype);
+    dp.sharding = args.gathered_grads ? dist::Sharding::GatheredGrads
+                  : args.zero         ? dist::Sharding::Zero
+                                      : dist::Sharding::None;
+    // Gathered gradients always update as each layer's gradients are formed.
+    const dist::UpdateTiming in_backward =
+        args.updates_when_reduced || args.gathered_grads ? dist::UpdateTiming::WhenReduced
+                                                         : dist::UpdateTiming::AtBackwardEnd;
+    dp.timing = args.zero || args.overlap_optimizer ? in_backward : dist::UpdateTiming::OnStep;
     auto make_shard = [&](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
       auto shard = std::make_unique<optim::AdamW>(std::move(g), adam);
       if (args.cuda_graph) shard->count_steps_on_device();  // replays advance the step on the device
       return shard;
     };
-    if (args.gathered_grads) {
-      gathered = std::make_unique<dist::GatheredLinearZero>(*ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
-                                                            make_shard);
-    } else if (args.zero) {
-      zero = std::make_unique<dist::ZeroOptimizer>(
-          *ddp, optim::weight_decay_groups(mp.master_params(), 0.1), make_shard,
-          args.updates_when_reduced ? dist::UpdateTiming::WhenReduced : dist::UpdateTiming::AtBackwardEnd);
-    } else if (args.overlap_optimizer) {
-      dist::step_in_backward(*ddp, opt,
-                             args.updates_when_reduced ? dist::UpdateTiming::WhenReduced
-                                                       : dist::UpdateTiming::AtBackwardEnd);
-    }
+    dist::DataParallel wrapped = dist::wrap_data_parallel(
+        model, group, dp, &opt, optim::weight_decay_groups(mp.master_params(), 0.1), make_shard);
+    ddp = std::move(wrapped.ddp);
+    sharded = std::move(wrapped.sharded);
+    gathered = dynamic_cast<dist::GatheredLinearZero*>(sharded.get());
   }
   // bf16: the fused update reads the bf16 gradients and writes the bf16 parameters itself (no float32
   // gradient copies, no separate conversion pass; optim/optimizer.h set_compute_twins). ZeRO sets up
   // the same on its shards.
   const bool twins = compute == DType::BFloat16 && !args.unfused_master;
-  if (twins && !zero && !gathered) mp.fuse_with(opt);
+  if (twins && !sharded) mp.fuse_with(opt);
   const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
   // With DDP the graph holds the step's NCCL collectives too (AllReduces, or ZeRO's reduce-scatters and
   // all-gathers).
