@@ -53,7 +53,7 @@ class StreamEvent {
   void record(const SideStream& stream);
   void wait();  // the current stream waits for the last record (no host synchronisation)
   void wait(const SideStream& stream);
-  void synchronize() const;                       // the host waits for the last record
+  void synchronize() const;                        // the host waits for the last record
   float elapsed_ms(const StreamEvent& end) const;  // both with timing on
 
  private:

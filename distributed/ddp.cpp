@@ -32,7 +32,8 @@ namespace {
 
 std::string describe_params(const NamedTensors& params) {
   std::ostringstream os;
-  for (const auto& [name, t] : params) os << name << ' ' << shape_str(t.shape()) << ' ' << dtype_name(t.dtype()) << '\n';
+  for (const auto& [name, t] : params)
+    os << name << ' ' << shape_str(t.shape()) << ' ' << dtype_name(t.dtype()) << '\n';
   return os.str();
 }
 
@@ -100,9 +101,10 @@ void DistributedDataParallel::verify_same_model_across_ranks() {
       std::string a = i < mine.size() ? mine[i] : "(none)";
       std::string b = i < theirs.size() ? theirs[i] : "(none)";
       if (a != b) {
-        problem = fmt::format("rank {} has a different model than rank 0: parameter #{} is '{}' on rank 0 but "
-                              "'{}' on rank {}",
-                              r, i, a, b, r);
+        problem = fmt::format(
+            "rank {} has a different model than rank 0: parameter #{} is '{}' on rank 0 but "
+            "'{}' on rank {}",
+            r, i, a, b, r);
         break;
       }
     }
@@ -267,9 +269,10 @@ void DistributedDataParallel::finish_backward() {
     for (auto& b : buckets_) b.pending = b.params.size();
     ready_.assign(params_.size(), false);
     next_to_launch_ = 0;
-    DPT_FAIL("DistributedDataParallel: {} parameter(s) received no gradient in this backward ({}); construct "
-             "DDP with find_unused_parameters = true if the model skips parameters",
-             unused.size(), names);
+    DPT_FAIL(
+        "DistributedDataParallel: {} parameter(s) received no gradient in this backward ({}); construct "
+        "DDP with find_unused_parameters = true if the model skips parameters",
+        unused.size(), names);
   }
   launch_ready_buckets();
 

@@ -120,7 +120,7 @@ class DistributedDataParallel {
   uint64_t instance_id();
 
   std::shared_ptr<nn::Module> module_;
-  NamedTensors params_;   // only those that require grad
+  NamedTensors params_;  // only those that require grad
   NamedTensors buffers_;
   std::shared_ptr<ProcessGroup> group_;
   DDPOptions options_;
@@ -131,8 +131,8 @@ class DistributedDataParallel {
   // sharded layout cut it).
   std::vector<Tensor> grads_;
   std::vector<size_t> first_bucket_of_, last_bucket_of_;
-  std::vector<bool> ready_;              // parameter's gradient final in this backward
-  std::vector<size_t> ready_order_;      // observed in the first synchronised backward
+  std::vector<bool> ready_;          // parameter's gradient final in this backward
+  std::vector<size_t> ready_order_;  // observed in the first synchronised backward
   size_t next_to_launch_ = 0;
   bool in_backward_ = false;
   bool sync_enabled_ = true;

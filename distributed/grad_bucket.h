@@ -30,11 +30,11 @@ std::vector<BucketSpec> assign_buckets(const std::vector<Tensor>& params, const 
                                        size_t first_cap_bytes, size_t cap_bytes);
 
 struct GradBucket {
-  size_t index = 0;              // its place in launch order
-  std::vector<size_t> params;    // indices into the DDP parameter list (sharded: every one overlapping `buffer`)
-  std::vector<int64_t> offsets;  // element offset of each parameter's gradient in `buffer` (sharded: may be < 0)
-  Tensor buffer;                 // flat, dtype and device of its parameters
-  size_t pending = 0;            // gradients not yet final in this backward
+  size_t index = 0;                  // its place in launch order
+  std::vector<size_t> params;        // indices into the DDP parameter list (sharded: every one overlapping `buffer`)
+  std::vector<int64_t> offsets;      // element offset of each parameter's gradient in `buffer` (sharded: may be < 0)
+  Tensor buffer;                     // flat, dtype and device of its parameters
+  size_t pending = 0;                // gradients not yet final in this backward
   std::shared_ptr<class Work> work;  // the exchange in flight (bucket_exchange.h)
 };
 

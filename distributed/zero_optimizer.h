@@ -74,7 +74,7 @@ class ZeroOptimizer : public ShardedOptimizer {
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  optim::Optimizer& optimizer() override { return *inner_; }  // learning rate, state dict of this rank's shard
+  optim::Optimizer& optimizer() override { return *inner_; }      // learning rate, state dict of this rank's shard
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
 
   // OnStep only (distributed/sharded_optimizer.h): the norm sums every rank's blocks.
@@ -92,10 +92,10 @@ class ZeroOptimizer : public ShardedOptimizer {
   DistributedDataParallel& ddp_;
   UpdateTiming when_;
   ShardedExchange* exchange_ = nullptr;  // owned by ddp_
-  ShardPieces shard_;  // this rank's pieces, and whole tensors from every rank's (checkpoints)
+  ShardPieces shard_;                    // this rank's pieces, and whole tensors from every rank's (checkpoints)
   std::unique_ptr<optim::Optimizer> inner_;
-  std::vector<std::vector<Tensor>> pieces_;  // [bucket] -> this rank's pieces (the optimizer's parameters)
-  std::vector<Tensor> grad_blocks_;          // [bucket] -> this rank's averaged block of the gradients
+  std::vector<std::vector<Tensor>> pieces_;     // [bucket] -> this rank's pieces (the optimizer's parameters)
+  std::vector<Tensor> grad_blocks_;             // [bucket] -> this rank's averaged block of the gradients
   std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under WhenReduced)
   std::vector<std::shared_ptr<Work>> gathers_;
   int64_t sharded_elements_ = 0;

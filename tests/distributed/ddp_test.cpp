@@ -112,6 +112,9 @@ TEST(DdpParityCpu, GatheredGradientsNeedDivisibleRows) {
 }
 TEST(DdpParityCpu, UnusedParametersDoNotHang) { expect_passes(2, "mlp unused cpu"); }
 TEST(DdpParityCpu, ZeroWithUnusedParametersStraddlingBucketsThreeRanks) { expect_passes(3, "mlp zerounused cpu"); }
+TEST(DdpParityCpu, AnInstalledExchangeLaunchesAndFinishesEveryBucketInIndexOrder) {
+  expect_passes(2, "mlp customexchange cpu");
+}
 TEST(DdpParityCpu, ModelMismatchIsAnErrorOnEveryRank) { expect_passes(2, "mlp mismatch cpu"); }
 
 class DdpParityCuda : public ::testing::Test {

@@ -6,6 +6,7 @@
 //          | zerobf16 | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
 //          | zerostep | zerosteptiny | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
+//          | customexchange
 //   The last argument: nccl (the default) or ce_collectives for DDPOptions::copy_engines (ZeRO-1's
 //   sharded buckets on the copy engines).
 //
@@ -25,6 +26,7 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "distributed/allreduce_exchange.h"
 #include "distributed/ddp.h"
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/overlapped_optimizer.h"
@@ -581,6 +583,79 @@ bool run_mismatch(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   return false;
 }
 
+// An exchange that records what DDP asks of it, around the default all-reduce.
+class RecordingExchange : public dist::BucketExchange {
+ public:
+  RecordingExchange(std::shared_ptr<dist::ProcessGroup> pg, std::vector<std::string>& calls)
+      : inner_(std::move(pg)), calls_(calls) {}
+  dist::BucketLayout lay_out(const NamedTensors& params, const std::vector<dist::BucketSpec>& specs) override {
+    calls_.push_back("layout");
+    return inner_.lay_out(params, specs);
+  }
+  void launch(dist::GradBucket& bucket) override {
+    calls_.push_back("launch " + std::to_string(bucket.index));
+    inner_.launch(bucket);
+  }
+  void finish(dist::GradBucket& bucket) override {
+    calls_.push_back("finish " + std::to_string(bucket.index));
+    inner_.finish(bucket);
+  }
+  void finish_backward() override { calls_.push_back("end"); }
+  std::string name() const override { return "recording " + inner_.name(); }
+
+ private:
+  dist::AllReduceExchange inner_;
+  std::vector<std::string>& calls_;
+};
+
+// The extension point (distributed/bucket_exchange.h): DDP lays buckets out through the installed exchange,
+// launches every bucket once in index order during backward, finishes them in index order after the last
+// launch, calls nothing inside no_sync, and the averaged gradients the exchange leaves are the reference's.
+bool run_custom_exchange(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  auto reference = make_model(s);
+  auto replica = make_model(s);
+  dist::DDPOptions o;
+  o.bucket_cap_mb = o.first_bucket_mb = 0.0001;  // a bucket per parameter or so: many to order
+  o.rebuild_buckets = false;
+  dist::DistributedDataParallel ddp(replica, pg, o);
+  std::vector<std::string> calls;
+  ddp.set_exchange(std::make_unique<RecordingExchange>(pg, calls));
+  auto fail = [&](const std::string& what) {
+    std::string seen;
+    for (const auto& c : calls) seen += c + "; ";
+    std::fprintf(stderr, "rank %d: custom exchange: %s (calls: %s)\n", s.rank, what.c_str(), seen.c_str());
+    return false;
+  };
+  if (calls != std::vector<std::string>{"layout"}) return fail("set_exchange did not lay the buckets out once");
+  if (ddp.exchange_name() != "recording gloo") return fail("exchange_name is " + ddp.exchange_name());
+  const size_t n = ddp.num_buckets();
+  if (n < 3) return fail("only " + std::to_string(n) + " buckets");
+  std::vector<std::string> want;
+  for (size_t b = 0; b < n; ++b) want.push_back("launch " + std::to_string(b));
+  for (size_t b = 0; b < n; ++b) want.push_back("finish " + std::to_string(b));
+  want.push_back("end");
+  for (int step = 0; step < 2; ++step) {
+    auto [x, y] = global_batch(s, step);
+    calls.clear();
+    replica->zero_grad();
+    {
+      auto guard = ddp.no_sync();
+      backward_on_my_rows(s, *replica, x, y);
+    }
+    if (!calls.empty()) return fail("the exchange was called inside no_sync");
+    replica->zero_grad();
+    backward_on_my_rows(s, *replica, x, y);
+    if (calls != want) return fail("step " + std::to_string(step) + ": buckets not launched, then finished, in order");
+    reference->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    NamedTensors got, ref;
+    for (const auto& [name, p] : replica->named_parameters()) got.emplace_back(name, p.grad());
+    for (const auto& [name, p] : reference->named_parameters()) ref.emplace_back(name, p.grad());
+    if (!compare_named(got, ref, 1e-6, "averaged gradients step " + std::to_string(step), s.rank)) return false;
+  }
+  return true;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -675,6 +750,8 @@ int main(int argc, char** argv) {
       ok = run_zero_on_step(s, pg, o, Stepping::kGatheredOnStep);
     } else if (mode == "gatheredstepbf16") {
       ok = run_zero_bf16(s, pg, o, Stepping::kGatheredOnStep);
+    } else if (mode == "customexchange") {
+      ok = run_custom_exchange(s, pg);
     } else if (mode == "gatheredtwice") {
       ok = run_gathered_twice(s, pg);
     } else {
