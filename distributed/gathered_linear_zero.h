@@ -44,6 +44,7 @@
 #include <string>
 #include <vector>
 
+#include "core/device_stream.h"
 #include "distributed/ddp.h"
 #include "distributed/shard_pieces.h"
 #include "distributed/sharded_optimizer.h"
@@ -95,7 +96,6 @@ class GatheredLinearZero : public ShardedOptimizer {
 
  private:
   struct Layer;
-  struct Streams;
   struct TimingState;
   // Issues one collective; with timing on, brackets it with events (see set_record_timing).
   std::shared_ptr<Work> collective(int communicator, const std::function<std::shared_ptr<Work>()>& issue);
@@ -111,7 +111,9 @@ class GatheredLinearZero : public ShardedOptimizer {
   std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
   std::vector<Layer> layers_;
   std::unique_ptr<optim::Optimizer> inner_;
-  std::unique_ptr<Streams> streams_;
+  // The stream the gradients and updates run on (CUDA), beside backward on the compute stream (the device's
+  // highest stream priority for it measured no different).
+  std::unique_ptr<SideStream> update_stream_;
   bool record_timing_ = false;
   std::unique_ptr<TimingState> timing_, finished_timing_;
   std::vector<std::shared_ptr<Work>> param_gathers_;
