@@ -67,7 +67,7 @@ class ZeroOptimizer : public ShardedOptimizer {
   // (optim::MixedPrecision::master_params(), same names as DDP's bf16 parameters, which then act as
   // compute twins). Installs a ShardedExchange on `ddp` (behind an UpdatingExchange unless `when` is
   // OnStep, so that `loss.backward()` performs the whole optimizer step); it stays after this object ends,
-  // without the updates.
+  // without the updates. `ddp`'s exchange must not be replaced while this object lives.
   ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make,
                 UpdateTiming when = UpdateTiming::AtBackwardEnd);
   ~ZeroOptimizer();

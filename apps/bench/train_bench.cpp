@@ -74,7 +74,7 @@ struct Args {
   double bucket_cap_mb = 25;
   std::string comm_dtype;  // empty: the gradients' dtype
   bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
-  bool updates_when_reduced = false;  // with --overlap-optimizer or --zero: updates on DDP's update stream during backward
+  bool updates_when_reduced = false;  // with --overlap-optimizer or --zero: UpdateTiming::WhenReduced
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   bool gathered_grads = false;     // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)

@@ -704,7 +704,7 @@ int main(int argc, char** argv) {
       o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
       ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket inside backward", Stepping::kInBackward);
     } else if (mode == "overlapstream") {
-      // The same, with each bucket's update on DDP's update stream during backward (CUDA).
+      // The same, with each bucket's update on the update stream during backward (CUDA).
       o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
       ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket on the update stream",
                       Stepping::kInBackwardWhenReduced);
