@@ -152,9 +152,6 @@ std::vector<Field> build_schema() {
           .help = "collectives: auto = nccl on GPU, gloo on CPU");
   DPT_KEY(Float, "distributed.bucket_cap_mb", distributed.bucket_cap_mb, .min = 0, .min_exclusive = true, .max = 65536,
           .help = "gradient bucket size (MiB)");
-  DPT_KEY(Choice, "distributed.grad_exchange", distributed.grad_exchange, .choices = {"nccl", "copy_engine", "auto"},
-          .help = "GPU gradient averaging: nccl, copy_engine (DMA between GPUs of one host), auto = copy engines "
-                  "when every GPU is on one host with peer access, else nccl");
   DPT_KEY(Float, "distributed.first_bucket_mb", distributed.first_bucket_mb, .min = 0, .min_exclusive = true,
           .max = 65536, .help = "size of the first bucket (MiB), small so communication starts early");
   DPT_KEY(Choice, "distributed.comm_dtype", distributed.comm_dtype, .choices = {"fp32", "bf16"},
@@ -791,9 +788,6 @@ class Loader {
     if (c.training.precision == "fp16") {
       report("training.cuda_graph", "cannot hold fp16's loss scale (it changes between steps): use bf16 or fp32");
     }
-    if (c.distributed.grad_exchange == "copy_engine") {
-      report("training.cuda_graph", "cannot capture DDP's copy-engine exchange: use distributed.grad_exchange nccl");
-    }
   }
 
   // distributed.zero shards buckets, which are reduce-scattered by NCCL or Gloo in the gradients' dtype.
@@ -805,9 +799,6 @@ class Loader {
       report("distributed.zero", fmt::format("communicates in the gradients' dtype: needs distributed.comm_dtype fp32, "
                                              "got {}",
                                              c.distributed.comm_dtype));
-    }
-    if (c.distributed.grad_exchange == "copy_engine") {
-      report("distributed.zero", "reduce-scatters through NCCL: needs distributed.grad_exchange nccl or auto");
     }
   }
 

@@ -120,7 +120,6 @@ struct DistributedConfig {
   // output gradients (distributed/gathered_linear_zero.h)
   bool gathered_grads = false;
   bool copy_engines = false;  // with zero: sharded buckets exchanged by the copy engines (DDPOptions::copy_engines)
-  std::string grad_exchange = "nccl";  // nccl | copy_engine | auto (DDP's bucket averaging on GPUs)
   int64_t timeout_s = 300;    // collective/rendezvous deadline before a rank gives up
   bool debug_checks = false;  // verify before each collective that all ranks agree on (seq, op, count, dtype)
 };

@@ -11,9 +11,8 @@
 #include "checkpointing.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "distributed/gathered_linear_zero.h"
+#include "distributed/data_parallel.h"
 #include "distributed/sampler.h"
-#include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
 #include "memory_estimate.h"
 #include "optim/adam.h"
@@ -267,29 +266,31 @@ void Trainer::setup_optimizer() {
   sc.gamma = config_.schedule.gamma;
   schedule_ = optim::make_lr_schedule(sc);
   if (group_) {
-    dist::DDPOptions d;
+    dist::DataParallelOptions dp;
+    dist::DDPOptions& d = dp.ddp;
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
     d.first_bucket_mb = config_.distributed.first_bucket_mb;
-    d.grad_exchange = dist::parse_grad_exchange(config_.distributed.grad_exchange);
     d.find_unused_parameters = config_.distributed.find_unused_parameters;
     d.copy_engines = config_.distributed.copy_engines;
     // bf16 communication of float32 gradients; under bf16/fp16 precision the gradients already are 16-bit.
     // Under fp16 an inf/NaN gradient on one rank is inf/NaN in every rank's AllReduced gradient, so all
     // ranks find the overflow, skip the step and back the loss scale off together.
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
-    ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
-  }
-  // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
-  auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
-  if (sharded && config_.distributed.zero) {
-    sharded_ = std::make_unique<dist::ZeroOptimizer>(*ddp_, groups, make_shard, dist::ZeroOptimizer::When::OnStep);
-  } else if (sharded) {
+    dp.sharding = !sharded                       ? dist::Sharding::None
+                  : config_.distributed.zero     ? dist::Sharding::Zero
+                                                 : dist::Sharding::GatheredGrads;
+    // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
+    dp.timing = dist::UpdateTiming::OnStep;
+    auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
+    dist::DataParallel wrapped;
     try {
-      sharded_ =
-          std::make_unique<dist::GatheredLinearZero>(*ddp_, groups, make_shard, dist::GatheredLinearZero::When::OnStep);
+      wrapped = dist::wrap_data_parallel(model_->module(), group_, dp, optimizer_.get(), groups, make_shard);
     } catch (const std::exception& e) {
+      if (dp.sharding != dist::Sharding::GatheredGrads) throw;
       DPT_FAIL("distributed.gathered_grads: {}", e.what());
     }
+    ddp_ = std::move(wrapped.ddp);
+    sharded_ = std::move(wrapped.sharded);
   }
   if (resume_from_) {
     // A checkpoint holds the state of whole parameters (a sharded run gathers it when saving): a plain
@@ -308,10 +309,6 @@ void Trainer::setup_optimizer() {
   }
   graph_choice_ = choose_cuda_graph();
   if (graph_choice_.rfind("replayed", 0) == 0) {
-    DPT_CHECK(!ddp_ || ddp_->graph_capturable(),
-              "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
-              "(distributed.grad_exchange)",
-              ddp_ ? ddp_->exchange_name() : "");
     // What the graph holds: zeroed gradients, the loss, its backward (apps/train/step_graph.h).
     step_graph_ = std::make_unique<StepGraph>(
         [this](const data::Batch& batch) {
