@@ -185,6 +185,9 @@ std::vector<Field> build_schema() {
           .help = "auto (newest valid checkpoint in dir) | never | path of a checkpoint");
   DPT_KEY(Bool, "checkpoint.enabled", checkpoint.enabled,
           .help = "false: save no checkpoints and resume from none (benchmark runs)");
+  DPT_KEY(Choice, "checkpoint.resume_changed", checkpoint.resume_changed, .choices = {"refuse", "allow"},
+          .help = "a checkpoint whose model, data, optim, schedule, precision, batch, seed or world size settings "
+                  "differ from this config's: refuse (stop, naming each key) or allow (warn and resume)");
 
   DPT_KEY(Int, "logging.every", logging.every, .min = 1, .help = "steps between log lines");
   DPT_KEY(String, "logging.metrics_file", logging.metrics_file, .help = "JSONL metrics; default <dir>/metrics.jsonl; a failed write stops the run");
@@ -1080,6 +1083,16 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   for (const Field& f : schema()) keys.push_back(f.path);
   return keys;
+}
+
+std::vector<std::pair<std::string, std::string>> config_values(const Config& config) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const Field& f : schema()) {
+    YAML::Emitter out;
+    out << to_node(f, config);
+    values.emplace_back(f.path, out.c_str());
+  }
+  return values;
 }
 
 }  // namespace dpt::train

@@ -27,6 +27,7 @@
 #include "core/ops.h"
 #include "layers/gpt.h"
 #include "optim/grad_clip.h"
+#include "run_settings.h"
 #include "stop_signal.h"
 #include "text_sample.h"
 #include "vocab_metadata.h"
@@ -190,6 +191,7 @@ std::string Trainer::save(int64_t step) {
                 {"train.config_file", config_.source_file}};
     // A character model's vocabulary, so its checkpoints decode without the text (dpt-generate).
     if (data_.vocab) ts.extra[kCharVocabKey] = encode_char_vocab(*data_.vocab);
+    record_settings(computation_settings(config_, env_.world_size), ts.extra);
     if (const optim::LossScaler* scaler = mixed_->loss_scaler()) {
       ts.extra["train.loss_scale"] = fmt::format("{}", scaler->scale());
       ts.extra["train.loss_scale_growth"] = std::to_string(scaler->growth_tracker());

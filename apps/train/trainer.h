@@ -42,6 +42,9 @@ class Trainer {
   void setup_data();
   void setup_model();
   void resume_or_start();  // picks the checkpoint, loads weights (fp32, before mixed precision)
+  // Throws listing each computation setting the checkpoint was trained with that this config changes,
+  // unless checkpoint.resume_changed is allow (then a warning); apps/train/run_settings.h.
+  void check_settings_unchanged(const optim::Checkpoint& checkpoint, const std::string& path) const;
   void setup_optimizer();  // mixed precision, optimizer (+ its checkpointed state), schedule, DDP
   // Only once nothing can fail any more: leftovers of crashed saves removed, checkpoints newer than the
   // start step set aside, resolved config and metrics written; stop signals wait for a step from here.
