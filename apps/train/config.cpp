@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/cuda_runtime.h"
+#include "data/token_shards.h"
 
 namespace dpt::train {
 
@@ -88,9 +89,11 @@ std::vector<Field> build_schema() {
                       "tokens", "text", "mnist"},
           .help = "dataset");
   DPT_KEY(String, "data.path", data.path,
-          .help = "tokens: .bin file; text: text file; mnist: images idx; synthetic_tokens: file to generate");
+          .help = "tokens: .bin file, or a glob of shards (data/fineweb_train_*.bin: sorted, read as one stream, no "
+                  "window crosses two); text: text file; mnist: images idx; synthetic_tokens: file to generate");
   DPT_KEY(String, "data.val_path", data.val_path,
-          .help = "tokens: validation .bin; mnist: validation images (else a tail of the training data)");
+          .help = "tokens: validation .bin or glob of shards; mnist: validation images (else a tail of the training "
+                  "data)");
   DPT_KEY(String, "data.labels_path", data.labels_path, .help = "mnist: labels idx");
   DPT_KEY(String, "data.val_labels_path", data.val_labels_path, .help = "mnist: validation labels idx");
   DPT_KEY(Float, "data.val_fraction", data.val_fraction, .min = 0, .max = 0.5,
@@ -755,15 +758,19 @@ class Loader {
 
   // Resolves a relative input path: the current directory first, then the config file's directory
   // and its parent (so configs/x.yaml can name data/... from anywhere). Returns "" when not found.
+  // A glob pattern (data.kind tokens: sharded files) counts as found where it matches a file.
   std::string find_input(const std::string& path) const {
     if (path.empty()) return "";
-    if (fs::exists(path)) return path;
+    auto found = [](const fs::path& p) {
+      return fs::exists(p) || (data::is_glob_pattern(p.string()) && !data::glob_paths(p.string()).empty());
+    };
+    if (found(path)) return path;
     if (fs::path(path).is_absolute()) return "";
     const fs::path dir = fs::path(name_).parent_path();
     for (const fs::path& base : {dir, dir.parent_path()}) {
       if (base.empty()) continue;
       fs::path candidate = base / path;
-      if (fs::exists(candidate)) return candidate.lexically_normal().string();
+      if (found(candidate)) return candidate.lexically_normal().string();
     }
     return "";
   }
@@ -777,8 +784,9 @@ class Loader {
     if (!options_.check_files) return;
     std::string found = find_input(value);
     if (found.empty()) {
-      report(key,
-             fmt::format("file '{}' does not exist (looked in the current directory and beside the config)", value));
+      const std::string what = data::is_glob_pattern(value) ? fmt::format("no file matches the pattern '{}'", value)
+                                                            : fmt::format("file '{}' does not exist", value);
+      report(key, fmt::format("{} (looked in the current directory and beside the config)", what));
     } else {
       value = found;
     }
