@@ -200,7 +200,7 @@ std::vector<Field> build_schema() {
           .help = "also write the metrics as CSV: metrics.csv beside the metrics file, one row per record");
   DPT_KEY(Bool, "logging.tensorboard", logging.tensorboard,
           .help = "also write a TensorBoard event file (events.out.tfevents.*) beside the metrics file: train/loss, "
-                  "train/lr, train/grad_norm, train/throughput, val/loss, val/perplexity");
+                  "train/lr, train/grad_norm, train/throughput, val/loss, val/perplexity (language models), val/accuracy (classifiers)");
 
   DPT_KEY(Int, "eval.every", eval.every, .min = 0, .help = "steps between evaluations; 0: at the end only");
   DPT_KEY(Int, "eval.batches", eval.batches, .min = 1,

@@ -249,10 +249,10 @@ TEST(MetricsCsv, WritesOneRowPerRecordUnderTheHeader) {
   }
   EXPECT_EQ(read_text(dir.file("metrics.csv")),
             std::string(kMetricsCsvHeader) + "\n" +
-                "train,1,2.5,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,false,,,,,\n"
-                "train,2,nan,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,true,1024,,,,\n"
+                "train,1,2.5,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,false,,,,,,\n"
+                "train,2,nan,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,true,1024,,,,,\n"
                 "eval,2,,,,,,,,,,,," +
-                fmt::format("0.5,0.5,2,{}\n", std::exp(0.5)));
+                fmt::format("0.5,0.5,2,{},\n", std::exp(0.5)));
   // The JSONL file has the same records, and the perplexity.
   const auto records = read_metrics(dir.file("metrics.jsonl"));
   ASSERT_EQ(records.size(), 3u);
