@@ -79,6 +79,9 @@ std::vector<Field> build_schema() {
           .help = "dropout probability (embeddings, attention weights, both residual branches)");
   DPT_KEY(Bool, "model.gpt.bias", model.gpt.bias,
           .help = "biases in the Linears and LayerNorms; false as in nanoGPT's recipes");
+  DPT_KEY(String, "model.init_from", model.init_from,
+          .help = "gpt: start from these weights: a Hugging Face GPT-2 folder (config.json + model.safetensors) "
+                  "or a .safetensors nanoGPT state dict; a resumed checkpoint takes precedence");
   DPT_KEY(IntList, "model.cnn.channels", model.cnn.channels, .min = 1,
           .help = "output channels of each conv + ReLU + 2x2 max-pool stage");
   DPT_KEY(Int, "model.cnn.kernel_size", model.cnn.kernel_size, .min = 1, .max = 15, .help = "conv kernel (odd)");
@@ -737,7 +740,8 @@ class Loader {
       if (is_set(target) && entries_[target].node.IsSequence()) {
         list = YAML::Clone(entries_[target].node);
       } else {
-        list = to_node(*field, Config{});
+        static const Config defaults;  // (a temporary Config here trips GCC 12's -Wmaybe-uninitialized)
+        list = to_node(*field, defaults);
       }
       if (*index > list.size()) {
         report_at(at, key, fmt::format("index {} is past the end of the list ({} items)", *index, list.size()));
@@ -913,6 +917,13 @@ class Loader {
       if (d == "synthetic_tokens" && c.data.num_tokens < c.data.seq_len + 1) {
         report("data.num_tokens",
                fmt::format("must be > data.seq_len ({}), got {}", c.data.seq_len, c.data.num_tokens));
+      }
+    }
+    if (!c.model.init_from.empty()) {
+      if (m != "gpt") {
+        report("model.init_from", fmt::format("loads GPT-2 weights, but model.kind is {}", m));
+      } else {
+        require_file(c.model.init_from, "model.init_from", "model.init_from");
       }
     }
     if (m == "cnn" && c.model.cnn.kernel_size % 2 == 0) {

@@ -47,6 +47,9 @@ struct ModelConfig {
   MlpConfig mlp;
   GptConfig gpt;
   CnnConfig cnn;
+  // gpt: starting weights (apps/train/hf_gpt2.h): a Hugging Face GPT-2 folder (config.json +
+  // model.safetensors) or a .safetensors file of a nanoGPT state dict; "" trains from scratch.
+  std::string init_from;
 };
 
 struct DataConfig {

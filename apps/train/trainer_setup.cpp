@@ -14,7 +14,9 @@
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/sampler.h"
 #include "distributed/zero_optimizer.h"
+#include "hf_gpt2.h"
 #include "layers/flops.h"
+#include "layers/gpt.h"
 #include "memory_estimate.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
@@ -116,6 +118,11 @@ void Trainer::setup_data() {
 void Trainer::setup_model() {
   check_memory_fits(config_, data_.shape, compute_, device_, env_.local_world_size, env_.world_size);
   model_ = std::make_unique<Model>(config_, data_.shape, gen_);
+  // Pretrained weights replace the initialization (a resumed checkpoint replaces both, later).
+  if (!config_.model.init_from.empty()) {
+    const std::string loaded = init_gpt_from(static_cast<nn::GPT&>(*model_->module()), config_.model.init_from);
+    if (is_main()) spdlog::info("model.init_from: {}", loaded);
+  }
   model_->module()->to(device_);
   gen_.set_state(dropout_seed(config_.training.seed, env_.rank), gen_.offset());
 }
