@@ -79,13 +79,13 @@ std::vector<Field> build_schema() {
           .help = "dropout probability (embeddings, attention weights, both residual branches)");
   DPT_KEY(Bool, "model.gpt.bias", model.gpt.bias,
           .help = "biases in the Linears and LayerNorms; false as in nanoGPT's recipes");
-  DPT_KEY(String, "model.init_from", model.init_from,
-          .help = "gpt: start from these weights: a Hugging Face GPT-2 folder (config.json + model.safetensors) "
-                  "or a .safetensors nanoGPT state dict; a resumed checkpoint takes precedence");
   DPT_KEY(IntList, "model.cnn.channels", model.cnn.channels, .min = 1,
           .help = "output channels of each conv + ReLU + 2x2 max-pool stage");
   DPT_KEY(Int, "model.cnn.kernel_size", model.cnn.kernel_size, .min = 1, .max = 15, .help = "conv kernel (odd)");
   DPT_KEY(Int, "model.cnn.hidden", model.cnn.hidden, .min = 1, .help = "fully connected width before the classifier");
+  DPT_KEY(String, "model.init_from", model.init_from,
+          .help = "gpt: start from these weights: a Hugging Face GPT-2 folder (config.json + model.safetensors) "
+                  "or a .safetensors nanoGPT state dict; a resumed checkpoint takes precedence");
 
   DPT_KEY(Choice, "data.kind", data.kind,
           .choices = {"synthetic_classification", "synthetic_regression", "synthetic_images", "synthetic_tokens",
