@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <cstdint>
+#include <filesystem>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -55,8 +56,16 @@ Settings parse_lines(const std::string& text) {
 }  // namespace
 
 Settings computation_settings(const Config& config, int world_size) {
+  // Input paths as absolute ones: the same file reached from another working directory (or through the
+  // config's directory) is the same data.
+  Config resolved = config;
+  for (std::string* path : {&resolved.data.path, &resolved.data.val_path, &resolved.data.labels_path,
+                            &resolved.data.val_labels_path, &resolved.model.init_from}) {
+    std::error_code ec;
+    if (!path->empty()) *path = std::filesystem::weakly_canonical(std::filesystem::absolute(*path), ec).string();
+  }
   Settings out;
-  for (auto& [key, value] : config_values(config))
+  for (auto& [key, value] : config_values(resolved))
     if (is_computation_key(key)) out.emplace_back(std::move(key), std::move(value));
   out.emplace_back("world_size", std::to_string(world_size));
   return out;

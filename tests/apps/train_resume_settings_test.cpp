@@ -85,6 +85,26 @@ TEST(TrainResumeSettings, MoreStepsResumeWithoutComplaint) {
   EXPECT_EQ(last_train_step(dir), 6);
 }
 
+// Input paths count by the file they reach: a run started from the source tree (data.path relative to
+// it) resumes from another working directory, where the same path resolves beside the config.
+TEST(TrainResumeSettings, TheSameDataFileReachedFromAnotherDirectoryIsNoChange) {
+  ScratchDir dir("settings.cwd");
+  const std::vector<std::string> gpt = {"training.device=cpu",     "model.gpt.n_layer=1",
+                                        "model.gpt.n_head=2",      "model.gpt.n_embd=16",
+                                        "data.seq_len=16",         "training.batch_size=8",
+                                        "eval.batches=1",          "eval.sample_tokens=0",
+                                        "schedule.warmup_steps=1", "checkpoint.dir=" + dir.file("run")};
+  const std::string from_source = "cd " + quote(DPT_SOURCE_DIR) + " && " +
+                                  train_command("configs/char_gpt.yaml", with(gpt, {"training.steps=2"}), 1);
+  ASSERT_EQ(run_shell(from_source).exit_code, 0);
+  const std::string from_elsewhere = "cd " + quote(dir.path().string()) + " && " +
+                                     train_command(config_path("char_gpt.yaml"), with(gpt, {"training.steps=4"}), 1);
+  RunResult r = run_shell(from_elsewhere);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("at step 2"), std::string::npos) << r.output;
+  EXPECT_EQ(last_train_step(dir), 4);
+}
+
 // A checkpoint of an older dptrain (its metadata without train.settings*) resumes with a warning.
 TEST(TrainResumeSettings, CheckpointsWithoutRecordedSettingsResumeWithAWarning) {
   ScratchDir dir("settings.old");
