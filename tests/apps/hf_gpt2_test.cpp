@@ -246,6 +246,10 @@ TEST(HfGpt2, DptExportHfAndInitFromWorkOnATrainedRun) {
   RunResult e = run_shell(bin("dpt-export-hf") + " " + quote(dir.file("run")) + " " + quote(dir.file("hf")) +
                           " --eval-tokens " + quote(dir.file("t.bin")));
   ASSERT_EQ(e.exit_code, 0) << e.output;
+  RunResult again = run_shell(bin("dpt-export-hf") + " " + quote(dir.file("run")) + " " + quote(dir.file("hf")));
+  EXPECT_EQ(again.exit_code, 1) << again.output;
+  EXPECT_NE(again.output.find("exists; nothing was written (pass --force"), std::string::npos) << again.output;
+  EXPECT_EQ(run_shell(bin("dpt-export-hf") + " " + quote(dir.file("run"))).exit_code, 2);  // usage
   const auto at = e.output.find("loss ");
   ASSERT_NE(at, std::string::npos) << e.output;
   const double printed = std::stod(e.output.substr(at + 5));
