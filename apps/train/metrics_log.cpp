@@ -87,9 +87,10 @@ class JsonlSink : public MetricsSink {
 
   void eval(const EvalRecord& r) override {
     file_.write_line(fmt::format(
-        "{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}, \"best_val_loss\": {}, \"best_step\": {}{}}}", r.step,
+        "{{\"type\": \"eval\", \"step\": {}, \"val_loss\": {}, \"best_val_loss\": {}, \"best_step\": {}{}{}}}", r.step,
         number(r.val_loss), number(r.best_val_loss), r.best_step,
-        r.perplexity >= 0 ? fmt::format(", \"val_perplexity\": {}", number(r.perplexity)) : ""));
+        r.perplexity >= 0 ? fmt::format(", \"val_perplexity\": {}", number(r.perplexity)) : "",
+        r.accuracy >= 0 ? fmt::format(", \"val_accuracy\": {}", number(r.accuracy)) : ""));
   }
 
  private:
@@ -110,13 +111,14 @@ void MetricsLog::train(const TrainRecord& r) {
   for (auto& sink : sinks_) sink->train(r);
 }
 
-void MetricsLog::eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step) {
+void MetricsLog::eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step, double accuracy) {
   EvalRecord r;
   r.step = step;
   r.val_loss = val_loss;
   r.best_val_loss = best_val_loss;
   r.best_step = best_step;
   if (language_model_) r.perplexity = std::exp(val_loss);
+  r.accuracy = accuracy;
   for (auto& sink : sinks_) sink->eval(r);
 }
 

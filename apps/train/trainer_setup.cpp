@@ -13,10 +13,13 @@
 #include "core/error.h"
 #include "distributed/data_parallel.h"
 #include "distributed/sampler.h"
+#include "hf_gpt2.h"
 #include "layers/flops.h"
+#include "layers/gpt.h"
 #include "memory_estimate.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "run_settings.h"
 #include "stop_signal.h"
 #include "trainer.h"
 
@@ -114,6 +117,11 @@ void Trainer::setup_data() {
 void Trainer::setup_model() {
   check_memory_fits(config_, data_.shape, compute_, device_, env_.local_world_size, env_.world_size);
   model_ = std::make_unique<Model>(config_, data_.shape, gen_);
+  // Pretrained weights replace the initialization (a resumed checkpoint replaces both, later).
+  if (!config_.model.init_from.empty()) {
+    const std::string loaded = init_gpt_from(static_cast<nn::GPT&>(*model_->module()), config_.model.init_from);
+    if (is_main()) spdlog::info("model.init_from: {}", loaded);
+  }
   model_->module()->to(device_);
   gen_.set_state(dropout_seed(config_.training.seed, env_.rank), gen_.offset());
 }
@@ -167,6 +175,7 @@ void Trainer::resume_or_start() {
               start_step_, ck.dir);
   }
   if (!chosen) return;
+  check_settings_unchanged(*chosen, chosen_path);
   if (!chosen->checksummed) {
     spdlog::info("checkpoint {} has no checksums (written before dptrain stored them): its data is loaded unverified",
                  chosen_path);
@@ -175,6 +184,31 @@ void Trainer::resume_or_start() {
   model_->module()->load_state_dict(chosen->model);
   resume_path_ = chosen_path;
   resume_from_ = std::move(chosen);
+}
+
+void Trainer::check_settings_unchanged(const optim::Checkpoint& checkpoint, const std::string& path) const {
+  const auto changes = settings_changes(checkpoint.state.extra, computation_settings(config_, env_.world_size));
+  if (!changes) {
+    spdlog::warn(
+        "checkpoint {} does not record its settings (written before dptrain stored them): resuming without "
+        "checking that model, data and optimizer settings match",
+        path);
+    return;
+  }
+  if (changes->empty()) return;
+  std::string listed;
+  for (const auto& change : *changes) listed += "\n  " + change;
+  if (config_.checkpoint.resume_changed == "allow") {
+    spdlog::warn(
+        "resuming from {} with settings that differ from the ones it was trained with "
+        "(checkpoint.resume_changed allow); old -> new:{}",
+        path, listed);
+    return;
+  }
+  DPT_FAIL(
+      "checkpoint {} was trained with other settings; old -> new:{}\nNothing was changed. Restore those settings, "
+      "start a new run (--set checkpoint.dir=<new dir>), or continue anyway with --set checkpoint.resume_changed=allow",
+      path, listed);
 }
 
 namespace {
