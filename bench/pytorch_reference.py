@@ -8,9 +8,11 @@ Under torchrun (WORLD_SIZE > 1) the model is wrapped in DistributedDataParallel 
 buckets, each rank its own batch of the same per-GPU size: weak scaling) and rank 0 prints the per-GPU
 throughput with "world": N, which is what scripts/gpu-scaling.sh compares dptrain's DDP against.
 
-Workloads (BENCHMARKS.md): gpt2_124m (12L, d768, 12H, T1024, V50304, B16), mlp_92m (1024 -> 6x4096
-ReLU -> 1000, B512), tiny_gpt (4L, d256, 4H, T256, V4096, B32); mlp_small (64 -> 2x128 -> 10, B32) runs
-in seconds on a CPU, for testing the tools themselves. AdamW (fused), bf16 autocast.
+Workloads come from dptrain's own configs, the one definition of each: `--workload NAME` reads
+configs/bench_NAME.yaml (gpt2_124m, mlp_92m, tiny_gpt; mlp_small runs in seconds on a CPU, for testing the
+tools themselves) and `--config FILE` any dpt-train config with a GPT or an MLP, resolved by
+`dpt-train --print-config` (so defaults are dptrain's): shape, bias, dropout, activation, batch size.
+AdamW (fused), bf16 autocast. `--compile-mode` picks torch.compile's mode (reduce-overhead adds CUDA graphs).
 
 --batches repeat (the default) trains every step on one batch; random draws a fresh batch for each step.
 
@@ -35,6 +37,7 @@ import gc
 import json
 import math
 import os
+import subprocess
 import time
 
 import torch
@@ -42,49 +45,48 @@ import torch.distributed as dist
 import torch.nn as nn
 import torch.nn.functional as F
 
-WORKLOADS = {
-    "gpt2_124m": dict(kind="gpt", n_layer=12, d_model=768, n_head=12, seq=1024, vocab=50304, batch=16),
-    "tiny_gpt": dict(kind="gpt", n_layer=4, d_model=256, n_head=4, seq=256, vocab=4096, batch=32),
-    "mlp_92m": dict(kind="mlp", d_in=1024, hidden=4096, layers=6, classes=1000, batch=512),
-    "mlp_small": dict(kind="mlp", d_in=64, hidden=128, layers=2, classes=10, batch=32),
-}
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLOORS = ("cpu", "compile", "kernels")
 
 
 # Module names follow dptrain's layers (layers/transformer_block.cpp, attention.cpp, gpt.cpp), so that
 # named_parameters() gives the same names in the same order.
 class CausalSelfAttention(nn.Module):
-    def __init__(self, d, h):
+    def __init__(self, d, h, bias, dropout):
         super().__init__()
-        self.qkv = nn.Linear(d, 3 * d)
-        self.proj = nn.Linear(d, d)
+        self.qkv = nn.Linear(d, 3 * d, bias=bias)
+        self.proj = nn.Linear(d, d, bias=bias)
         self.h = h
+        self.dropout = dropout
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
         b, t, d = x.shape
         q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)
-        return self.proj(y.transpose(1, 2).reshape(b, t, d))
+        p = self.dropout if self.training else 0.0
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+        return self.drop(self.proj(y.transpose(1, 2).reshape(b, t, d)))
 
 
 class FeedForward(nn.Module):
-    def __init__(self, d):
+    def __init__(self, d, bias, dropout):
         super().__init__()
-        self.fc = nn.Linear(d, 4 * d)
-        self.proj = nn.Linear(4 * d, d)
+        self.fc = nn.Linear(d, 4 * d, bias=bias)
+        self.proj = nn.Linear(4 * d, d, bias=bias)
+        self.drop = nn.Dropout(dropout)
 
     def forward(self, x):
-        return self.proj(F.gelu(self.fc(x), approximate="tanh"))
+        return self.drop(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 
 class Block(nn.Module):
-    def __init__(self, d, h):
+    def __init__(self, d, h, bias, dropout):
         super().__init__()
-        self.ln1 = nn.LayerNorm(d)
-        self.attn = CausalSelfAttention(d, h)
-        self.ln2 = nn.LayerNorm(d)
-        self.mlp = FeedForward(d)
+        self.ln1 = nn.LayerNorm(d, bias=bias)
+        self.attn = CausalSelfAttention(d, h, bias, dropout)
+        self.ln2 = nn.LayerNorm(d, bias=bias)
+        self.mlp = FeedForward(d, bias, dropout)
 
     def forward(self, x):
         x = x + self.attn(self.ln1(x))
@@ -92,12 +94,13 @@ class Block(nn.Module):
 
 
 class GPT(nn.Module):
-    def __init__(self, n_layer, d_model, n_head, seq, vocab, **_):
+    def __init__(self, n_layer, d_model, n_head, seq, vocab, bias=True, dropout=0.0, **_):
         super().__init__()
         self.wte = nn.Embedding(vocab, d_model)
         self.wpe = nn.Embedding(seq, d_model)
-        self.blocks = nn.ModuleList(Block(d_model, n_head) for _ in range(n_layer))
-        self.ln_f = nn.LayerNorm(d_model)
+        self.drop = nn.Dropout(dropout)
+        self.blocks = nn.ModuleList(Block(d_model, n_head, bias, dropout) for _ in range(n_layer))
+        self.ln_f = nn.LayerNorm(d_model, bias=bias)
         # GPT-2 initialisation, as dptrain's nn::GPT: N(0, 0.02), residual projections scaled by
         # 1/sqrt(2 n_layer), biases 0.
         for name, p in self.named_parameters():
@@ -109,24 +112,66 @@ class GPT(nn.Module):
 
     def forward(self, idx, targets):
         t = idx.shape[1]
-        x = self.wte(idx) + self.wpe(torch.arange(t, device=idx.device))
+        x = self.drop(self.wte(idx) + self.wpe(torch.arange(t, device=idx.device)))
         for b in self.blocks:
             x = b(x)
         logits = F.linear(self.ln_f(x), self.wte.weight)
         return F.cross_entropy(logits.view(-1, logits.size(-1)).float(), targets.view(-1))
 
 
-class MLP(nn.Sequential):
-    """Linear, ReLU, ..., Linear in one Sequential, as dptrain's nn::MLP: parameters 0.weight, 0.bias,
-    2.weight, ..., 12.bias."""
+ACTIVATIONS = {"relu": nn.ReLU, "gelu": lambda: nn.GELU(approximate="tanh"), "tanh": nn.Tanh}
 
-    def __init__(self, d_in, hidden, layers, classes, **_):
-        dims = [d_in] + [hidden] * layers
-        super().__init__(*[m for i in range(layers) for m in (nn.Linear(dims[i], dims[i + 1]), nn.ReLU())],
-                         nn.Linear(hidden, classes))
+
+class MLP(nn.Sequential):
+    """Linear, activation, ..., Linear in one Sequential, as dptrain's nn::MLP: parameters 0.weight,
+    0.bias, 2.weight, ..."""
+
+    def __init__(self, d_in, hidden, classes, activation="relu", **_):
+        dims = [d_in] + list(hidden)
+        super().__init__(*[m for i in range(len(hidden)) for m in (nn.Linear(dims[i], dims[i + 1]),
+                                                                   ACTIVATIONS[activation]())],
+                         nn.Linear(dims[-1], classes))
 
     def forward(self, x, targets):
         return F.cross_entropy(super().forward(x).float(), targets)
+
+
+def find_dpt_train():
+    """The dpt-train that resolves configs: $DPT_TRAIN, else the first build folder that has one."""
+    if os.environ.get("DPT_TRAIN"):
+        return os.environ["DPT_TRAIN"]
+    for build in ("build-gpu", "build", "build-cpu"):
+        path = os.path.join(ROOT, build, "bin", "dpt-train")
+        if os.path.exists(path):
+            return path
+    raise SystemExit("pytorch_reference.py: no dpt-train built (set DPT_TRAIN to resolve configs)")
+
+
+def load_workload(path):
+    """A dpt-train config as the shape this script builds: resolved by dpt-train itself (every default
+    filled in), so the config file stays the one definition of a workload."""
+    import yaml  # PyYAML
+    # training.device=auto: where this script trains is its own --device, not the config's.
+    out = subprocess.run([find_dpt_train(), "--config", path, "--print-config", "--set", "training.device=auto"],
+                         capture_output=True, text=True)
+    if out.returncode != 0:
+        raise SystemExit(f"pytorch_reference.py: dpt-train could not resolve {path}:\n{out.stderr.strip()}")
+    c = yaml.safe_load(out.stdout)
+    model, data, training = c["model"], c["data"], c["training"]
+    batch = training["batch_size"]
+    if model["kind"] == "gpt":
+        g = model["gpt"]
+        vocab = g["vocab_size"] or data["vocab_size"]
+        if not g["vocab_size"] and data["kind"] == "text":  # a character model: the corpus's characters
+            with open(data["path"], encoding="utf-8") as f:
+                vocab = len(set(f.read()))
+        return dict(kind="gpt", n_layer=g["n_layer"], d_model=g["n_embd"], n_head=g["n_head"],
+                    seq=g["block_size"] or data["seq_len"], vocab=vocab,
+                    bias=g["bias"], dropout=g["dropout"], batch=batch)
+    if model["kind"] == "mlp":
+        return dict(kind="mlp", d_in=data["num_features"], hidden=model["mlp"]["hidden"],
+                    classes=data["num_classes"], activation=model["mlp"]["activation"], batch=batch)
+    raise SystemExit(f"pytorch_reference.py: {path}: model.kind {model['kind']} has no PyTorch twin here")
 
 
 SAFETENSORS_DTYPES = {"F32": (torch.float32, 4), "F16": (torch.float16, 2), "BF16": (torch.bfloat16, 2),
@@ -271,9 +316,8 @@ def draw_batches(cfg, count, seed, device):
     return batches
 
 
-def run(name, args, device, compile_model, kernels=False, start=None, group=None, role=None):
+def run(name, cfg, args, device, compile_model, kernels=False, start=None, group=None, role=None):
     """One training run of `args.steps` timed steps after `args.warmup`; its JSON result."""
-    cfg = WORKLOADS[name]
     torch.manual_seed(0)
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
     model = (GPT(**cfg) if cfg["kind"] == "gpt" else MLP(**cfg))  # initialised on the CPU: the same on any device
@@ -282,7 +326,7 @@ def run(name, args, device, compile_model, kernels=False, start=None, group=None
     model = model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     opt = make_adamw(model, device)
-    step_model = torch.compile(model) if compile_model else model
+    step_model = torch.compile(model, mode=args.compile_mode) if compile_model else model
     if world > 1:
         step_model = torch.nn.parallel.DistributedDataParallel(
             step_model, device_ids=[device.index] if device.type == "cuda" else None, process_group=group)
@@ -341,7 +385,8 @@ def run(name, args, device, compile_model, kernels=False, start=None, group=None
     times.sort()
     median = times[len(times) // 2]
     flops = flops_per_step(cfg, n_params)
-    system = ("pytorch-compile" if compile_model else "pytorch-eager") + ("-kernels" if kernels else "") + \
+    compiled = "pytorch-compile" + ("" if args.compile_mode == "default" else "-" + args.compile_mode)
+    system = (compiled if compile_model else "pytorch-eager") + ("-kernels" if kernels else "") + \
         ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
     result = dict(system=system, workload=name, precision=args.precision, world=world, batches=args.batches,
                   device=torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
@@ -359,8 +404,11 @@ def run(name, args, device, compile_model, kernels=False, start=None, group=None
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--workload", action="append", choices=sorted(WORKLOADS),
-                    help="default: all but mlp_small")
+    ap.add_argument("--workload", action="append",
+                    help="configs/bench_NAME.yaml (default: gpt2_124m, mlp_92m, tiny_gpt)")
+    ap.add_argument("--config", action="append", default=[], help="any dpt-train config of a GPT or an MLP")
+    ap.add_argument("--compile-mode", default="default", choices=["default", "reduce-overhead", "max-autotune"],
+                    help="torch.compile's mode with --compile (reduce-overhead: CUDA graphs)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32", "tf32"])
@@ -375,8 +423,8 @@ def main():
     ap.add_argument("--floor", choices=FLOORS,
                     help="after the reference run, the same run once more with only this changed (see the top)")
     args = ap.parse_args()
-    if args.start and len(args.workload or []) != 1:
-        ap.error("--start needs exactly one --workload (the one the file was written for)")
+    if args.start and len(args.workload or []) + len(args.config) != 1:
+        ap.error("--start needs exactly one --workload or --config (the one the file was written for)")
     if args.steps <= 0 or args.warmup < 0:
         ap.error("--steps must be > 0 and --warmup >= 0")
     if args.floor == "cpu" and args.precision == "bf16":
@@ -400,8 +448,12 @@ def main():
         if args.floor == "cpu" and args.device == "cuda":
             cpu_group = dist.new_group(backend="gloo")  # DDP of the CPU run
     device = torch.device(f"cuda:{torch.cuda.current_device()}" if args.device == "cuda" else "cpu")
-    start = Start(args.start, args.workload[0]) if args.start else None
-    for name in args.workload or sorted(set(WORKLOADS) - {"mlp_small"}):
+    names = args.workload or ([] if args.config else ["gpt2_124m", "mlp_92m", "tiny_gpt"])
+    paths = [(n, os.path.join(ROOT, "configs", f"bench_{n}.yaml")) for n in names]
+    paths += [(os.path.splitext(os.path.basename(c))[0], c) for c in args.config]
+    workloads = [(name, load_workload(path)) for name, path in paths]
+    start = Start(args.start, workloads[0][0]) if args.start else None
+    for name, cfg in workloads:
         runs = [dict(device=device, compile_model=args.compile, group=group)]
         if args.floor == "cpu":
             runs.append(dict(device=torch.device("cpu"), compile_model=args.compile, group=cpu_group))
@@ -411,7 +463,7 @@ def main():
             runs.append(dict(device=device, compile_model=args.compile, group=group, kernels=True))
         for i, r in enumerate(runs):
             role = None if not args.floor else "reference" if i == 0 else f"floor-{args.floor}"
-            result = run(name, args, start=start, role=role, **r)
+            result = run(name, cfg, args, start=start, role=role, **r)
             if not dist.is_initialized() or dist.get_rank() == 0:
                 print(json.dumps(result), flush=True)
             gc.collect()  # the next run's model and optimizer in the memory this one held

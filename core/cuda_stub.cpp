@@ -1,5 +1,6 @@
 // The CUDA runtime of a build without CUDA: no devices, and a clear error if asked for one.
 #include "core/cuda_runtime.h"
+#include "core/device_stream.h"
 #include "core/error.h"
 
 namespace dpt::cuda {
@@ -39,3 +40,25 @@ void HeldStreamTimer::hold() { no_cuda(); }
 double HeldStreamTimer::release_ms() { no_cuda(); }
 
 }  // namespace dpt::cuda
+
+namespace dpt {
+
+// No side streams or events without CUDA (core/device_stream.h): the host's order is the only one.
+SideStream::SideStream(Device device) : device_(device) {}
+SideStream::~SideStream() = default;
+struct SideStreamGuard::State {};
+SideStreamGuard::SideStreamGuard(const SideStream&) {}
+SideStreamGuard::~SideStreamGuard() = default;
+struct StreamEvent::State {};
+StreamEvent::StreamEvent(Device, bool) {}
+StreamEvent::~StreamEvent() = default;
+StreamEvent::StreamEvent(StreamEvent&&) noexcept = default;
+StreamEvent& StreamEvent::operator=(StreamEvent&&) noexcept = default;
+void StreamEvent::record() {}
+void StreamEvent::record(const SideStream&) {}
+void StreamEvent::wait() {}
+void StreamEvent::wait(const SideStream&) {}
+void StreamEvent::synchronize() const {}
+float StreamEvent::elapsed_ms(const StreamEvent&) const { return 0.0f; }
+
+}  // namespace dpt

@@ -6,8 +6,8 @@
 //   in one dtype.
 //   flash_attention_*_strided: each of those tensors is a buffer holding its [bh, t, d] operand where
 //   `layouts` says (core/attention_layout.h; a gradient has its operand's layout), e.g. q, k and v all
-//   the one packed [B, T, 3C] tensor. The CPU runs every floating dtype; CUDA runs only the cases
-//   flash_attention_strided_supported accepts.
+//   the one packed [B, T, 3C] tensor. The CPU runs every floating dtype; CUDA (contiguous or strided) runs
+//   only the cases flash_attention_strided_supported accepts, on the mma.sync kernels.
 //   grad_sums (backward_strided), when defined: grad_q, grad_k and grad_v are the parts of one packed
 //   [B, T, 3C] buffer (AttentionLayouts::packed_qkv, C = layouts.q.heads d) and grad_sums, [3C] in float32
 //   or the gradient's dtype, receives the column sums of that buffer as written: the QKV projection's
@@ -40,10 +40,10 @@ DPT_FLASH_ATTENTION_KERNELS
 namespace dpt::cuda_kernels {
 DPT_FLASH_ATTENTION_KERNELS
 
-// True when the CUDA strided kernels can run a call with these q, k, v and out buffers: bfloat16, the
-// mma.sync kernels selected for bfloat16 (DPT_FLASH_IMPL unset or mma), a head size they are built for, a
-// positive scale, and every operand row starting 16-byte aligned (the tile loads are 16-byte cp.async
-// vectors). The gradients of a backward must then be aligned too; fresh allocations always are.
+// True when the CUDA kernels can run a call with these q, k, v and out buffers: bfloat16, a head size the
+// mma.sync kernels are built for (32, 64, 128), a positive scale, and every operand row starting 16-byte
+// aligned (the tile loads are 16-byte cp.async vectors). The gradients of a backward must then be aligned
+// too; fresh allocations always are.
 bool flash_attention_strided_supported(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out,
                                        const AttentionLayouts& layouts, int64_t d, double scale);
 }  // namespace dpt::cuda_kernels

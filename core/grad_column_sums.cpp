@@ -1,13 +1,9 @@
 #include "core/grad_column_sums.h"
 
-#include "core/env_switch.h"
 #include "core/error.h"
+#include "core/flags.h"
 
 namespace dpt {
-
-namespace {
-EnvSwitch g_handoff("DPT_GRAD_COLUMN_SUMS");
-}  // namespace
 
 void GradColumnSums::deliver(const Tensor& grad, const Tensor& sums) {
   DPT_CHECK(sums.defined() && sums.dim() == 1 && sums.size(0) == n_ && sums.dtype() == dtype_,
@@ -37,7 +33,7 @@ std::shared_ptr<GradColumnSums> claim_grad_column_sums(const Tensor& x) {
   return offer;
 }
 
-void set_grad_column_sums(bool enabled) { g_handoff.set(enabled); }
-bool grad_column_sums_enabled() { return g_handoff.on(); }
+void set_grad_column_sums(bool enabled) { set_flag(Flag::GradColumnSums, enabled ? "1" : "0"); }
+bool grad_column_sums_enabled() { return flag_on(Flag::GradColumnSums); }
 
 }  // namespace dpt

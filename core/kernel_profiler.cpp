@@ -9,6 +9,7 @@
 #include <vector>
 
 #include "core/cuda_runtime.h"
+#include "core/flags.h"
 
 namespace dpt {
 
@@ -43,10 +44,7 @@ double now() { return std::chrono::duration<double>(std::chrono::steady_clock::n
 }  // namespace
 
 bool KernelTimer::enabled() {
-  static const bool on = [] {
-    const char* v = std::getenv("DPT_PROFILE_KERNELS");
-    return v && std::string(v) == "1";
-  }();
+  static const bool on = flag_on(Flag::ProfileKernels);
   return on;
 }
 

@@ -66,15 +66,15 @@ Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Ac
 // add happens inside the GEMM (cuBLASLt's C operand at beta = 1), rounded once with the product;
 // elsewhere it is add(residual, linear(x, weight, bias)). The residual's gradient is the output's.
 Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& residual);
-// The fused CUDA path is on unless the environment sets DPT_LINEAR_FUSED=0; set_linear_fused overrides
+// The fused CUDA path is on unless DPT_LINEAR_FUSED=0 (core/flags.h); set_linear_fused overrides
 // that for the process (A/B benchmarks and tests).
 void set_linear_fused(bool enabled);
 bool linear_fused();
 // Which activations a fused linear lets the linear it feeds absorb (the consumer's dh GEMM computes the
-// activation's backward and bias gradient in its DRELU/DGELU_BGRAD epilogue). Default Relu: on an H100
-// with cuBLASLt 13.0, bf16 DGELU_BGRAD on GPT-2's MLP runs as a separate epilogue pass after the GEMM,
-// 0.35 ms per layer, slower than the GEMM plus core's elementwise GELU backward. The environment's
-// DPT_LINEAR_ABSORB=none|relu|all sets it for a process; set_linear_absorb overrides (tests, A/B runs).
+// activation's backward and bias gradient in its DRELU/DGELU_BGRAD epilogue). Default Relu: cuBLASLt
+// runs bf16 DGELU_BGRAD on Hopper as a separate pass after the GEMM, slower than the GEMM plus core's
+// elementwise GELU backward. DPT_LINEAR_ABSORB=none|relu|all (core/flags.h) sets it for a process;
+// set_linear_absorb overrides (tests, A/B runs).
 enum class LinearAbsorb { None = 0, Relu = 1, All = 2 };
 void set_linear_absorb(LinearAbsorb level);
 LinearAbsorb linear_absorb();

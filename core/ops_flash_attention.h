@@ -7,23 +7,27 @@
 // tile by tile. With D_i = sum_d dO_id O_id and dS_ij = p_ij (dO_i . v_j - D_i):
 //   dV_j = sum_{i >= j} p_ij dO_i,   dK_j = scale * sum_{i >= j} dS_ij q_i,   dQ_i = scale * sum_{j <= i} dS_ij k_j.
 //
-// CPU: a reference implementation (double accumulation) for float32, float64, bfloat16 and float16.
-// CUDA: own kernels (core/cuda/flash_attention.cu) for float32, bfloat16 (tensor cores) and float16
-// (SIMT kernels, float32 arithmetic) with D in {32, 64, 128}; any
-// other CUDA case (float64, another head size) takes the composed path matmul -> causal_softmax ->
-// matmul, which is mathematically the same op.
+// Which implementation runs:
+//   CPU: the reference kernels (core/cpu/flash_attention.cpp, double accumulation) for every floating dtype.
+//   CUDA, in order:
+//     1. cuDNN's fused attention engines (core/cuda/sdpa_cudnn.h): causal_attention_qkv in bfloat16, for
+//        a forward that records autograd, where cuDNN has an engine for the shape; its deterministic
+//        backward follows its forward.
+//     2. our mma.sync kernels (core/cuda/flash_attention_mma.cu): bfloat16, D in {32, 64, 128}, a positive
+//        scale and 16-byte aligned rows. They also carry attention dropout, and run evaluation and
+//        sampling, whose sequence length changes from call to call (cuDNN builds a plan per shape).
+//     3. the composed op matmul -> causal_softmax -> matmul (scores in memory): every other case (float32,
+//        float16, float64, another head size, misaligned rows). It is the same math.
+//   DPT_ATTENTION (core/flags.h) narrows this: auto = 1, 2, 3; flash = 2, 3; reference = 3 only.
 //
 // causal_attention_qkv is the same op on a packed QKV projection, as a transformer layer produces it:
 // qkv [B, T, 3C] (C = n_head D; q of head h at columns h D.., k at C + h D.., v at 2C + h D..) ->
 // out [B, T, C] (head h at columns h D..), the heads already merged for the output projection. It
 // equals splitting qkv into three [B, T, C] parts, viewing each as [B, H, T, D] and calling
-// causal_attention, then merging the heads; the kernels read q, k, v in place and write out and the
-// [B, T, 3C] gradient directly (core/attention_layout.h), so none of the layout copies of that
-// composition (three inputs, the output, grad_out, three gradients and their concat) are made.
-// CPU: the reference, through the same layouts (every floating dtype). CUDA: cuDNN's fused attention or
-// the mma.sync kernels (see set_cudnn_attention below) for bfloat16 with D in {32, 64, 128}, 16-byte
-// aligned rows (C a multiple of 8) and DPT_FLASH_IMPL unset or mma; every other CUDA case runs the
-// composition above, so its results are those of causal_attention.
+// causal_attention, then merging the heads; the fused kernels (CPU reference, cuDNN, mma) read q, k, v in
+// place and write out and the [B, T, 3C] gradient directly (core/attention_layout.h), so none of the
+// layout copies of that composition are made. Where CUDA composes (3. above), it runs that composition,
+// so its results are those of causal_attention.
 #include "core/factory.h"
 #include "core/tensor.h"
 
@@ -39,16 +43,8 @@ Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale);
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, double dropout, Generator& gen);
 bool causal_attention_dropout_fused(const Tensor& qkv, int64_t n_head);
 
-// causal_attention_qkv on CUDA through cuDNN's fused attention engines (core/cuda/sdpa_cudnn.h) where
-// cuDNN has them for the shape, our mma.sync kernels otherwise: a forward on cuDNN takes cuDNN's backward
-// (deterministic; DPT_CUDNN_ATTENTION_BACKWARD=accumulate for its faster atomic one, =off for ours), a
-// forward on ours takes ours. Only forwards that record autograd use cuDNN (one plan per shape, built
-// once): evaluation and sampling, whose shapes change from call to call, run ours. On by default;
-// DPT_CUDNN_ATTENTION=0 or set_cudnn_attention(false) turns it off (read per call).
-void set_cudnn_attention(bool enabled);
-bool cudnn_attention_enabled();
-
-// True when causal_attention runs the fused CUDA kernels for this dtype and head size.
+// True for the dtype and head sizes our CUDA kernels are built for (bfloat16, D in {32, 64, 128}); a call
+// also needs a positive scale and 16-byte aligned rows, and DPT_ATTENTION other than reference.
 bool fused_causal_attention_supported(DType dtype, int64_t head_dim);
 
 }  // namespace dpt

@@ -40,8 +40,8 @@
 #include <unordered_map>
 
 #include "core/autograd.h"
-#include "core/env_switch.h"
 #include "core/error.h"
+#include "core/flags.h"
 #include "core/grad_column_sums.h"
 #include "core/kernels.h"
 #include "core/linear_grad_provider.h"
@@ -55,20 +55,6 @@
 namespace dpt {
 
 namespace {
-
-EnvSwitch g_fused("DPT_LINEAR_FUSED");
-
-// -1: the environment decides (DPT_LINEAR_ABSORB=none|relu|all, default relu); else a LinearAbsorb.
-std::atomic<int> g_absorb_override{-1};
-
-LinearAbsorb absorb_from_environment() {
-  static const LinearAbsorb level = [] {
-    const char* v = std::getenv("DPT_LINEAR_ABSORB");
-    const std::string s = v ? v : "relu";
-    return s == "none" ? LinearAbsorb::None : s == "all" ? LinearAbsorb::All : LinearAbsorb::Relu;
-  }();
-  return level;
-}
 
 Tensor activate(const Tensor& y, Activation act) {
   switch (act) {
@@ -116,10 +102,10 @@ namespace ck = cuda_kernels;
 // What a fused forward keeps for backward. All detached; x is the [m, k] contiguous input.
 struct FusedSaved {
   Tensor x, weight, bias;
-  Tensor aux;  // GELU: pre-activation [m, n]; ReLU: bit mask (DRELU reads it); None: undefined
-  Tensor out;  // ReLU only: the [m, n] output its elementwise backward reads. Other activations keep
-               // no reference to it, so a big output (a language-model head's logits) is freed as
-               // soon as its consumers are done with it instead of living until this op's backward.
+  Tensor aux;             // GELU: pre-activation [m, n]; ReLU: bit mask (DRELU reads it); None: undefined
+  Tensor out;             // ReLU only: the [m, n] output its elementwise backward reads. Other activations keep
+                          // no reference to it, so a big output (a language-model head's logits) is freed as
+                          // soon as its consumers are done with it instead of living until this op's backward.
   TensorOptions options;  // dtype and device of out and of the gradients
   std::shared_ptr<LinearGradProvider> provider;  // forms dW and db instead of param_grads (see the top)
   Activation act = Activation::None;
@@ -188,7 +174,7 @@ Tensor pre_activation_grad(const FusedSaved& s, const Tensor& grad_out, Tensor* 
 
 // dW = dpre^T x through cuBLASLt (a plain GEMM when it refuses), and db = column sums of dpre from core's
 // reduction. cuBLASLt's BGRADB epilogue would fold db into the GEMM, but on Hopper it runs as a separate
-// kernel after it and was slower: GPT-2 step 33.74 -> 33.56 ms on an H100 (three runs each) with the sums.
+// kernel after the GEMM that re-reads dpre, so it is no saving over the reduction.
 void param_grads(const FusedSaved& s, const Tensor& gpre, bool need_w, bool need_b, Tensor* gw, Tensor* gb) {
   if (s.provider) {
     s.provider->on_output_grad(gpre);
@@ -353,7 +339,8 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   // Without an activation the bias gradient is the column sum of the output's gradient, which a
   // consumer (flash attention) may hand over (core/grad_column_sums.h).
   std::shared_ptr<GradColumnSums> sums_offer;
-  if (act == Activation::None && need_b && !saved->provider) sums_offer = std::make_shared<GradColumnSums>(n, bias.dtype());
+  if (act == Activation::None && need_b && !saved->provider)
+    sums_offer = std::make_shared<GradColumnSums>(n, bias.dtype());
   record_op("LinearBackward", inputs({x, weight, bias}), {out},
             [saved, self, sums_offer, x_shape, need_x, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
               const FusedSaved& s = *saved;
@@ -381,14 +368,15 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
 
 }  // namespace
 
-void set_linear_fused(bool enabled) { g_fused.set(enabled); }
+void set_linear_fused(bool enabled) { set_flag(Flag::LinearFused, enabled ? "1" : "0"); }
 
-void set_linear_absorb(LinearAbsorb level) { g_absorb_override.store(static_cast<int>(level)); }
-
-LinearAbsorb linear_absorb() {
-  const int o = g_absorb_override.load(std::memory_order_relaxed);
-  return o < 0 ? absorb_from_environment() : static_cast<LinearAbsorb>(o);
+void set_linear_absorb(LinearAbsorb level) {
+  set_flag(Flag::LinearAbsorb,
+           flag_specs()[static_cast<size_t>(Flag::LinearAbsorb)].allowed.at(static_cast<size_t>(level)));
 }
+
+// The table lists none, relu, all: the enum's order.
+LinearAbsorb linear_absorb() { return static_cast<LinearAbsorb>(flag_choice(Flag::LinearAbsorb)); }
 
 bool linear_absorbs(Activation act) {
   const LinearAbsorb level = linear_absorb();
@@ -396,7 +384,7 @@ bool linear_absorbs(Activation act) {
   return act == Activation::Gelu && level == LinearAbsorb::All;
 }
 
-bool linear_fused() { return g_fused.on(); }
+bool linear_fused() { return flag_on(Flag::LinearFused); }
 
 namespace {
 void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
@@ -441,6 +429,5 @@ Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias
 #endif
   return add(residual, linear(x, weight, bias));
 }
-
 
 }  // namespace dpt

@@ -12,6 +12,7 @@
 #include <tuple>
 
 #include "core/error.h"
+#include "core/flags.h"
 #include "data/char_text.h"
 #include "data/gpt2_pretokenize.h"
 
@@ -66,8 +67,8 @@ std::array<char32_t, 256> gpt2_byte_to_unicode() {
 }
 
 std::string Gpt2Tokenizer::default_dir() {
-  const char* env = std::getenv("DPT_GPT2_DIR");
-  return env != nullptr && *env != '\0' ? std::string(env) : std::string(DPT_GPT2_DIR);
+  const std::string dir = flag_value(Flag::Gpt2Dir);
+  return dir.empty() ? std::string(DPT_GPT2_DIR) : dir;
 }
 
 Gpt2Tokenizer Gpt2Tokenizer::load(const std::string& dir) {

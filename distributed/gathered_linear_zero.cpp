@@ -9,9 +9,7 @@
 #include "core/linear_grad_provider.h"
 #include "distributed/shard_pieces.h"
 #include "layers/linear.h"
-#ifdef DPT_HAVE_CUDA
-#include "core/cuda/stream.h"
-#endif
+#include "core/device_stream.h"
 
 namespace dpt::dist {
 
@@ -28,32 +26,20 @@ struct GatheredLinearZero::Layer {
   std::vector<Tensor> pieces;  // the optimizer's parameters for those rows
 };
 
-// The stream the gradients and updates run on (CUDA), beside backward on the compute stream. (The
-// device's highest stream priority for it measured no different on 2 x H100: 1.70 ms a step either way.)
-struct GatheredLinearZero::Streams {
-#ifdef DPT_HAVE_CUDA
-  cudaStream_t update = nullptr;
-  explicit Streams(int device) : update(cuda::create_stream(device)) {}
-  ~Streams() { cuda::destroy_stream(update); }
-#endif
-};
-
-// Events of one timed step: a start mark (the first forward input), each collective's launch (on the
-// stream it is ordered after) and end (on a probe stream that waits for it alone), and the end of
+// Events of one timed step (CUDA): a start mark (the first forward input), each collective's launch (on
+// the stream it is ordered after) and end (on a probe stream that waits for it alone), and the end of
 // backward's compute and the updates.
 struct GatheredLinearZero::TimingState {
-#ifdef DPT_HAVE_CUDA
   struct Op {
     int communicator;
-    cuda::CudaEvent launch, end;
+    StreamEvent launch, end;
   };
-  cuda::CudaEvent start;
-  std::unique_ptr<cuda::CudaEvent> compute_end;
+  Device device;
+  StreamEvent start;
+  std::unique_ptr<StreamEvent> compute_end;
   std::vector<Op> ops;
-  cudaStream_t probe = nullptr;
-  explicit TimingState(int device) : start(true, device), probe(cuda::create_stream(device)) {}
-  ~TimingState() { cuda::destroy_stream(probe); }
-#endif
+  SideStream probe;
+  explicit TimingState(Device d) : device(d), start(d, true), probe(d) {}
 };
 
 namespace {
@@ -85,9 +71,12 @@ std::string param_name(const std::string& path, const char* leaf) { return path.
 }  // namespace
 
 GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
-                                       const Factory& make, When when)
+                                       const Factory& make, UpdateTiming when)
     : ddp_(ddp), when_(when), shard_("GatheredLinearZero", groups), group_(ddp.process_group()) {
   NoGradGuard no_grad;
+  DPT_CHECK(when_ != UpdateTiming::AtBackwardEnd,
+            "GatheredLinearZero: updates run as each layer's gradients are formed (WhenReduced) or on step() "
+            "(OnStep), not AtBackwardEnd");
   DPT_CHECK(ddp.module() != nullptr, "GatheredLinearZero: DDP must wrap a module (its Linear layers are sharded)");
   const int64_t world = group_->size(), rank = group_->rank();
   std::vector<std::pair<std::string, nn::Linear*>> linears;
@@ -126,10 +115,8 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   inner_ = shard_.make_optimizer(make);
 
   param_group_ = group_->duplicate();
-#ifdef DPT_HAVE_CUDA
   if (!layers_.empty() && layers_.front().weight.device().is_cuda())
-    streams_ = std::make_unique<Streams>(layers_.front().weight.device().index);
-#endif
+    update_stream_ = std::make_unique<SideStream>(layers_.front().weight.device());
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto provider = std::make_shared<Provider>(alive_, l);
     set_linear_grad_provider(layers_[l].weight, provider);
@@ -160,12 +147,10 @@ void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
     layer.dpre_all = Tensor::empty({rows_all, layer.out}, x.options());
     layer.dpre_mine = Tensor::empty({rows_all, layer.rows}, x.options());
   }
-#ifdef DPT_HAVE_CUDA
-  if (record_timing_ && streams_ && !timing_) {
-    timing_ = std::make_unique<TimingState>(layer.weight.device().index);
+  if (record_timing_ && update_stream_ && !timing_) {
+    timing_ = std::make_unique<TimingState>(layer.weight.device());
     timing_->start.record();
   }
-#endif
   layer.x_gather = collective(0, [&] { return group_->allgather(layer.x_all, x); });
 }
 
@@ -180,7 +165,7 @@ void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
             dpre.numel(), layer.dpre_all.numel() / group_->size());
   if (!in_backward_) {
     in_backward_ = true;
-    if (when_ == When::DuringBackward) inner_->begin_step();
+    if (when_ == UpdateTiming::WhenReduced) inner_->begin_step();
   }
   layer.dpre_gather = collective(0, [&] { return group_->allgather(layer.dpre_all, dpre); });
   if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
@@ -214,21 +199,19 @@ void GatheredLinearZero::form_gradients(Layer& layer) {
 // communicator's stream is ordered after the update by the process group's own event.
 void GatheredLinearZero::launch_update(size_t l) {
   Layer& layer = layers_[l];
-#ifdef DPT_HAVE_CUDA
-  std::unique_ptr<cuda::StreamGuard> on_updates;
-  if (streams_) {
-    cuda::CudaEvent read_done(false, layer.weight.device().index);
+  std::unique_ptr<SideStreamGuard> on_updates;
+  if (update_stream_) {
+    StreamEvent read_done(layer.weight.device());
     read_done.record();
-    read_done.wait(streams_->update);
-    on_updates = std::make_unique<cuda::StreamGuard>(streams_->update, layer.weight.device().index);
+    read_done.wait(*update_stream_);
+    on_updates = std::make_unique<SideStreamGuard>(*update_stream_);
   }
-#endif
   layer.x_gather->wait();
   layer.dpre_gather->wait();
   layer.x_gather.reset();
   layer.dpre_gather.reset();
   form_gradients(layer);
-  if (when_ == When::DuringBackward) update_and_gather(layer);
+  if (when_ == UpdateTiming::WhenReduced) update_and_gather(layer);
 }
 
 // The update of this rank's pieces, then the all-gather of the weight's rows (second communicator, ordered
@@ -248,17 +231,15 @@ void GatheredLinearZero::finish_backward() {
   NoGradGuard no_grad;
   if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
   pending_ = -1;
-#ifdef DPT_HAVE_CUDA
-  if (streams_) {
-    cuda::CudaEvent updates_done(false, layers_.front().weight.device().index);
-    updates_done.record(streams_->update);
+  if (update_stream_) {
+    StreamEvent updates_done(update_stream_->device());
+    updates_done.record(*update_stream_);
     updates_done.wait();
     if (timing_) {
-      timing_->compute_end = std::make_unique<cuda::CudaEvent>(true, layers_.front().weight.device().index);
+      timing_->compute_end = std::make_unique<StreamEvent>(timing_->device, true);
       timing_->compute_end->record();
     }
   }
-#endif
   for (auto& w : param_gathers_) w->wait();
   param_gathers_.clear();
   if (timing_) finished_timing_ = std::move(timing_);
@@ -270,8 +251,8 @@ void GatheredLinearZero::finish_backward() {
 }
 
 double GatheredLinearZero::clip_grad_norm(double max_norm) {
-  DPT_CHECK(when_ == When::OnStep,
-            "GatheredLinearZero::clip_grad_norm: only when the update runs on step() (When::OnStep)");
+  DPT_CHECK(when_ == UpdateTiming::OnStep,
+            "GatheredLinearZero::clip_grad_norm: only when the update runs on step() (UpdateTiming::OnStep)");
   // Weight rows are disjoint across ranks; every rank holds the same whole bias gradients, counted on rank 0.
   std::vector<Tensor> counted, scaled;
   for (const Layer& layer : layers_) {
@@ -285,7 +266,7 @@ double GatheredLinearZero::clip_grad_norm(double max_norm) {
 }
 
 void GatheredLinearZero::step() {
-  DPT_CHECK(when_ == When::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
+  DPT_CHECK(when_ == UpdateTiming::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
   NoGradGuard no_grad;
   inner_->begin_step();
   for (Layer& layer : layers_) update_and_gather(layer);
@@ -304,30 +285,23 @@ void GatheredLinearZero::load_full_state_dict(const NamedTensors& full) { shard_
 
 std::shared_ptr<Work> GatheredLinearZero::collective(int communicator,
                                                      const std::function<std::shared_ptr<Work>()>& issue) {
-#ifdef DPT_HAVE_CUDA
-  if (timing_) {
-    const int device = layers_.front().weight.device().index;
-    TimingState::Op op{communicator, cuda::CudaEvent(true, device), cuda::CudaEvent(true, device)};
-    op.launch.record();  // the current stream: what the collective is ordered after
-    std::shared_ptr<Work> work = issue();
-    {
-      cuda::StreamGuard on_probe(timing_->probe, device);
-      work->wait();
-      op.end.record(timing_->probe);
-    }
-    timing_->ops.push_back(std::move(op));
-    return work;
+  if (!timing_) return issue();
+  TimingState::Op op{communicator, StreamEvent(timing_->device, true), StreamEvent(timing_->device, true)};
+  op.launch.record();  // the current stream: what the collective is ordered after
+  std::shared_ptr<Work> work = issue();
+  {
+    SideStreamGuard on_probe(timing_->probe);
+    work->wait();
+    op.end.record(timing_->probe);
   }
-#endif
-  (void)communicator;
-  return issue();
+  timing_->ops.push_back(std::move(op));
+  return work;
 }
 
 // Each communicator runs one collective at a time in issue order, so an op starts at its launch or at
 // its predecessor's end, whichever is later; the busy spans of both are merged into one timeline.
 GatheredLinearZero::Timing GatheredLinearZero::last_timing() {
   Timing t;
-#ifdef DPT_HAVE_CUDA
   if (!finished_timing_ || !finished_timing_->compute_end) return t;
   TimingState& s = *finished_timing_;
   s.compute_end->synchronize();
@@ -347,7 +321,6 @@ GatheredLinearZero::Timing GatheredLinearZero::last_timing() {
     covered_until = std::max(covered_until, end);
   }
   t.exposed_ms = std::max(0.0f, covered_until - s.start.elapsed_ms(*s.compute_end));
-#endif
   return t;
 }
 

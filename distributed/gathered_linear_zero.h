@@ -24,7 +24,8 @@
 // queues behind an update. The compute stream waits for the update stream and every all-gather at the
 // end of backward: after loss.backward() the step is done, as with ZeroOptimizer.
 //
-// When::OnStep leaves the update to step(), as ZeroOptimizer's mode of that name does: backward forms the
+// UpdateTiming::WhenReduced (update_timing.h; the default) updates as described above. UpdateTiming::OnStep
+// leaves the update to step(), as ZeroOptimizer's mode of that name does: backward forms the
 // gradients of this rank's rows (dW_l, db_l on the update stream) and stops there, and the trainer then
 // clips (clip_grad_norm), skips or steps. step() updates every layer's pieces and all-gathers the weights.
 //
@@ -36,16 +37,18 @@
 // before construction (weights are found by their storage, core/linear_grad_provider.h); no no_sync
 // accumulation; gradient clipping only under OnStep; float32 masters of mixed precision stay whole on every
 // rank (only the rows this rank owns are updated there: gather_targets() makes them whole). The step
-// (DuringBackward) or its backward (OnStep) can be captured in a CUDA graph after an eager step (count the
+// (WhenReduced) or its backward (OnStep) can be captured in a CUDA graph after an eager step (count the
 // inner AdamW's steps on the device when the graph holds updates). Works on Gloo (CPU) and NCCL.
 #include <functional>
 #include <memory>
 #include <string>
 #include <vector>
 
+#include "core/device_stream.h"
 #include "distributed/ddp.h"
 #include "distributed/shard_pieces.h"
 #include "distributed/sharded_optimizer.h"
+#include "distributed/update_timing.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {
@@ -53,13 +56,13 @@ namespace dpt::dist {
 class GatheredLinearZero : public ShardedOptimizer {
  public:
   using Factory = ShardPieces::Factory;  // distributed/shard_pieces.h
-  enum class When { DuringBackward, OnStep };
 
   // `groups`: the parameters to update (DDP's own when float32, or the float32 masters of mixed
   // precision under the same names), as for ZeroOptimizer. `ddp` has already checked that every rank
-  // holds the same model and broadcast rank 0's parameters; from here on its buckets stay idle.
+  // holds the same model and broadcast rank 0's parameters; from here on its buckets stay idle. `when`:
+  // WhenReduced or OnStep (AtBackwardEnd is an error: the updates run as the layers' gradients are formed).
   GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make,
-                     When when = When::DuringBackward);
+                     UpdateTiming when = UpdateTiming::WhenReduced);
   ~GatheredLinearZero() override;
   GatheredLinearZero(const GatheredLinearZero&) = delete;
   GatheredLinearZero& operator=(const GatheredLinearZero&) = delete;
@@ -93,7 +96,6 @@ class GatheredLinearZero : public ShardedOptimizer {
 
  private:
   struct Layer;
-  struct Streams;
   struct TimingState;
   // Issues one collective; with timing on, brackets it with events (see set_record_timing).
   std::shared_ptr<Work> collective(int communicator, const std::function<std::shared_ptr<Work>()>& issue);
@@ -103,13 +105,15 @@ class GatheredLinearZero : public ShardedOptimizer {
   void finish_backward();
 
   DistributedDataParallel& ddp_;
-  When when_;
+  UpdateTiming when_;
   ShardPieces shard_;                          // this rank's pieces, and whole tensors from every rank's
   std::shared_ptr<ProcessGroup> group_;        // x and dpre all-gathers (DDP's group)
   std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
   std::vector<Layer> layers_;
   std::unique_ptr<optim::Optimizer> inner_;
-  std::unique_ptr<Streams> streams_;
+  // The stream the gradients and updates run on (CUDA), beside backward on the compute stream (the device's
+  // highest stream priority for it measured no different).
+  std::unique_ptr<SideStream> update_stream_;
   bool record_timing_ = false;
   std::unique_ptr<TimingState> timing_, finished_timing_;
   std::vector<std::shared_ptr<Work>> param_gathers_;

@@ -5,8 +5,8 @@
 // become ready in backward). The first bucket is small (first_cap_bytes, 1 MiB by default) so the
 // first AllReduce starts early; later buckets hold up to cap_bytes (25 MiB). A parameter is never split
 // across buckets, and parameters of different dtype or device never share one. A parameter larger than
-// the cap gets a bucket of its own. (Sharded buckets, DistributedDataParallel::shard_buckets, are cut
-// further: there a parameter may span buckets.)
+// the cap gets a bucket of its own. (Sharded buckets, sharded_exchange.h, are cut further: there a
+// parameter may span buckets.)
 //
 // Each bucket owns one flat buffer; every parameter's gradient is a view into it (set_grad), so
 // backward writes gradients straight into the buffer that is communicated: no copy in or out.
@@ -30,19 +30,12 @@ std::vector<BucketSpec> assign_buckets(const std::vector<Tensor>& params, const 
                                        size_t first_cap_bytes, size_t cap_bytes);
 
 struct GradBucket {
-  std::vector<size_t> params;    // indices into the DDP parameter list (sharded: every one overlapping `buffer`)
-  std::vector<int64_t> offsets;  // element offset of each parameter's gradient in `buffer` (sharded: may be < 0)
-  Tensor buffer;                 // flat, dtype and device of its parameters
-  Tensor comm_buffer;            // buffer cast to comm_dtype, when that differs (else undefined)
-  // Sharded buckets only (DistributedDataParallel::shard_buckets): the parameters themselves, flat, in the
-  // same layout as `buffer`; both a multiple of the world size long so each rank owns one block.
-  Tensor param_buffer;
-  // DDPOptions::copy_engines: the all-to-all's output, every rank's copy of this rank's block, averaged into
-  // it once `work` is done (undefined otherwise).
-  Tensor received;
-  size_t pending = 0;            // gradients not yet final in this backward
-  bool hooked = false;           // its reduced-hook already ran on the update stream in this backward
-  std::shared_ptr<class Work> work;
+  size_t index = 0;                  // its place in launch order
+  std::vector<size_t> params;        // indices into the DDP parameter list (sharded: every one overlapping `buffer`)
+  std::vector<int64_t> offsets;      // element offset of each parameter's gradient in `buffer` (sharded: may be < 0)
+  Tensor buffer;                     // flat, dtype and device of its parameters
+  size_t pending = 0;                // gradients not yet final in this backward
+  std::shared_ptr<class Work> work;  // the exchange in flight (bucket_exchange.h)
 };
 
 }  // namespace dpt::dist

@@ -51,6 +51,7 @@ std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Store>, int, int, con
 
 #include "core/cuda/check.h"
 #include "core/factory.h"
+#include "core/flags.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda/stream.h"
 #include "distributed/nccl_check.h"
@@ -263,11 +264,10 @@ class NcclBackend : public Backend {
     }
     // High priority: the block scheduler starts a collective's blocks ahead of queued compute blocks, so
     // communication launched during backward starts at once. DPT_COMM_STREAM_PRIORITY=normal gives it
-    // the compute streams' priority (for measuring how the two share the SMs).
+    // the compute streams' priority (for measuring how the two share the SMs; core/flags.h).
     int least = 0, greatest = 0;
     DPT_CUDA_CHECK(cudaDeviceGetStreamPriorityRange(&least, &greatest));
-    const char* priority = std::getenv("DPT_COMM_STREAM_PRIORITY");
-    const bool normal = priority != nullptr && std::string(priority) == "normal";
+    const bool normal = flag_value(Flag::CommStreamPriority) == "normal";
     comm_stream_ = cuda::create_stream(device_, normal ? least : greatest);
     ready_ = std::make_unique<cuda::CudaEvent>(false, device_);
     watchdog_ = std::thread([this] { watchdog_loop(); });

@@ -4,6 +4,7 @@
 #include <cstdlib>
 
 #include "core/factory.h"
+#include "core/flags.h"
 #include "distributed/socket.h"
 
 namespace dpt::dist {
@@ -34,11 +35,6 @@ std::string tensor_detail(const Tensor& t) {
   return fmt::format("{} x {} on {}", t.numel(), dtype_name(t.dtype()), t.device().str());
 }
 
-bool env_flag(const char* name) {
-  const char* v = std::getenv(name);
-  return v != nullptr && *v != '\0' && std::string(v) != "0";
-}
-
 }  // namespace
 
 const char* reduce_op_name(ReduceOp op) {
@@ -59,7 +55,7 @@ ProcessGroup::ProcessGroup(std::shared_ptr<Store> store, int rank, int size, Pro
             rank_, size_);
   DPT_CHECK(options_.backend == "auto" || options_.backend == "gloo" || options_.backend == "nccl",
             "process group: backend must be auto, gloo or nccl, found '{}'", options_.backend);
-  if (env_flag("DPT_DEBUG_COLLECTIVES")) options_.debug_collectives = true;
+  if (flag_on(Flag::DebugCollectives)) options_.debug_collectives = true;
   if (local_host_.empty()) local_host_ = "127.0.0.1";
 }
 

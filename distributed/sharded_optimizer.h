@@ -1,7 +1,7 @@
 #pragma once
 // What a training loop needs of an optimizer whose state and update are sharded across ranks and which
 // it steps itself after backward, as it would a plain optimizer: ZeroOptimizer and GatheredLinearZero,
-// each in its When::OnStep mode. The trainer (apps/train) holds either through this interface.
+// each with UpdateTiming::OnStep. The trainer (apps/train) holds either through this interface.
 #include "core/safetensors.h"
 #include "optim/optimizer.h"
 

@@ -4,15 +4,30 @@
 
 #include "core/autograd.h"
 #include "core/error.h"
+#include "distributed/updating_exchange.h"
 
 namespace dpt::dist {
 
 ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
-                             const Factory& make, When when)
+                             const Factory& make, UpdateTiming when)
     : ddp_(ddp), when_(when), shard_("ZeroOptimizer", groups) {
   NoGradGuard no_grad;
-  ddp_.shard_buckets();
-  gather_group_ = ddp_.sharded_exchange_group();
+  const DDPOptions& options = ddp_.options();
+  DPT_CHECK(!options.comm_dtype || ddp_.parameters().empty() ||
+                *options.comm_dtype == ddp_.parameters().front().second.dtype(),
+            "ZeroOptimizer: comm_dtype is not supported with sharded buckets");
+  auto sharded = std::make_unique<ShardedExchange>(
+      ddp_.process_group(), static_cast<size_t>(options.bucket_cap_mb * 1024 * 1024), options.copy_engines);
+  exchange_ = sharded.get();
+  if (when_ == UpdateTiming::OnStep) {
+    ddp_.set_exchange(std::move(sharded));  // DDP only reduce-scatters; step() does the rest
+  } else {
+    auto update = [alive = alive_](const GradBucket& bucket) {
+      if (*alive) (*alive)->on_bucket_reduced(bucket.index);
+    };
+    ddp_.set_exchange(std::make_unique<UpdatingExchange>(std::move(sharded), update, when_));
+  }
+  gather_group_ = exchange_->group();
   const NamedTensors& params = ddp_.parameters();
   const int64_t world = ddp_.process_group()->size();
   const int64_t rank = ddp_.process_group()->rank();
@@ -35,38 +50,32 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
   }
   sharded_elements_ = shard_.elements();
   inner_ = shard_.make_optimizer(make);
-  if (when_ == When::OnStep) return;  // DDP only reduce-scatters; step() does the rest
-  if (when_ == When::DuringBackward) {
+  if (when_ == UpdateTiming::WhenReduced) {
     // The all-gathers queue behind updates; on the reduce-scatters' communicator they would hold back the
     // reduce-scatters of the buckets backward finishes meanwhile.
     gather_group_ = gather_group_->duplicate();
     // A copy-engine group's all-gathers need the parameters in one of its own symmetric windows.
-    if (gather_group_->options().copy_engines) gather_group_->register_symmetric(ddp_.sharded_parameters());
+    if (gather_group_->options().copy_engines) gather_group_->register_symmetric(exchange_->parameters());
   }
-  using Timing = DistributedDataParallel::HookTiming;
-  ddp_.set_bucket_reduced_hook([this](size_t bucket, const std::vector<Tensor>&) { on_bucket_reduced(bucket); },
-                               when_ == When::DuringBackward ? Timing::WhenReduced : Timing::AtBackwardEnd);
 }
 
-ZeroOptimizer::~ZeroOptimizer() {
-  if (when_ != When::OnStep) ddp_.set_bucket_reduced_hook(nullptr);
-}
+ZeroOptimizer::~ZeroOptimizer() { *alive_ = nullptr; }
 
-// Runs once the current stream waits for bucket b's reduce-scatter (ddp.h): the compute stream at the end
-// of backward, or DDP's update stream when the reduce-scatter is launched (DuringBackward), or the compute
-// stream in step(). Nothing here allocates: on the update stream inside CUDA graph capture that would
+// Runs once the current stream waits for bucket b's reduce-scatter: the compute stream at the end of
+// backward, or the update stream when the reduce-scatter is launched (WhenReduced, updating_exchange.h), or
+// the compute stream in step(). Nothing here allocates: on the update stream inside CUDA graph capture that would
 // break the graph allocator's single-stream order (core/cuda/graph_memory.h).
 void ZeroOptimizer::on_bucket_reduced(size_t b) {
   NoGradGuard no_grad;
   if (b == 0) inner_->begin_step();
   inner_->update(pieces_[b]);
-  const GradBucket& bucket = ddp_.bucket(b);
-  const int64_t block = bucket.param_buffer.numel() / gather_group_->size();
+  const Tensor& values = exchange_->param_buffer(b);
+  const int64_t block = values.numel() / gather_group_->size();
   const int64_t mine = gather_group_->rank() * block;
   // Queued after update(b) on the current stream (the process group orders its stream after ours).
-  gathers_.push_back(gather_group_->allgather(bucket.param_buffer, bucket.param_buffer.slice(mine, mine + block)));
+  gathers_.push_back(gather_group_->allgather(values, values.slice(mine, mine + block)));
   if (b + 1 == ddp_.num_buckets()) {
-    // CUDA: the current stream waits (under DuringBackward the update stream, which the compute stream
+    // CUDA: the current stream waits (under WhenReduced the update stream, which the compute stream
     // joins at the end of backward); Gloo: the host does.
     for (auto& w : gathers_) w->wait();
     gathers_.clear();
@@ -74,14 +83,14 @@ void ZeroOptimizer::on_bucket_reduced(size_t b) {
 }
 
 double ZeroOptimizer::clip_grad_norm(double max_norm) {
-  DPT_CHECK(when_ == When::OnStep,
-            "ZeroOptimizer::clip_grad_norm: only when the update runs on step() (When::OnStep)");
+  DPT_CHECK(when_ == UpdateTiming::OnStep,
+            "ZeroOptimizer::clip_grad_norm: only when the update runs on step() (UpdateTiming::OnStep)");
   // The ranks' blocks are disjoint and together hold every averaged gradient.
   return clip_spread_grad_norm(*ddp_.process_group(), grad_blocks_, grad_blocks_, max_norm);
 }
 
 void ZeroOptimizer::step() {
-  DPT_CHECK(when_ == When::OnStep, "ZeroOptimizer::step: the update already runs inside backward");
+  DPT_CHECK(when_ == UpdateTiming::OnStep, "ZeroOptimizer::step: the update already runs inside backward");
   for (size_t b = 0; b < ddp_.num_buckets(); ++b) on_bucket_reduced(b);
 }
 

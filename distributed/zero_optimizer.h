@@ -14,12 +14,12 @@
 // Each element is updated by exactly one rank from the averaged gradient, so the parameters equal those of
 // DDP + the full optimizer (the optimizers are elementwise).
 //
-// When the updates run (When):
-//  EndOfBackward: inside loss.backward(), as the compute stream waits for each RS at the end of backward:
+// The exchange (sharded_exchange.h) is installed on DDP; when the updates run (UpdateTiming, update_timing.h):
+//  AtBackwardEnd: inside loss.backward(), as the compute stream waits for each RS at the end of backward:
 //     comm stream:     RS 0 .. RS 1 .. RS 2 ....................... AG 0 ... AG 1 ... AG 2
 //     compute stream:  ... backward ... | wait(RS 0) update(0) | wait(RS 1) update(1) | ... | wait(AG *)
-//  DuringBackward (CUDA; on Gloo as EndOfBackward): update(b) on DDP's update stream as soon as RS b is
-//   launched, AG b on a second communicator, so both overlap the rest of backward:
+//  WhenReduced (CUDA; on Gloo as AtBackwardEnd): update(b) on the update stream (updating_exchange.h) as
+//   soon as RS b is launched, AG b on a second communicator, so both overlap the rest of backward:
 //     compute stream:  ... backward of layers L..1 ........................... | wait(update stream)
 //     comm stream:          RS 0 ....... RS 1 ........ RS 2
 //     update stream:              update(0) .. update(1) .. update(2) wait(AG *)
@@ -30,9 +30,9 @@
 //   wanted, like a plain optimizer's step (what a trainer with clipping and skipped steps needs).
 // In the first two, loss.backward() is the whole step and there is no gradient-norm clipping (it needs
 // every gradient before any update).
-// With DDPOptions::copy_engines the reduce-scatters and all-gathers go through DDP's copy-engine group
-// (sharded_exchange_group()), whose symmetric windows hold the flat buffers; the all-gathers' own group
-// (DuringBackward) registers the parameters there too.
+// With DDPOptions::copy_engines the reduce-scatters and all-gathers go through the exchange's copy-engine
+// group (ShardedExchange::group()), whose symmetric windows hold the flat buffers; the all-gathers' own group
+// (WhenReduced) registers the parameters there too.
 //
 // After a step only this rank's block of each gradient bucket holds the averaged gradient, and the float32
 // masters of mixed precision are current only where this rank updates them (the bf16 parameters are
@@ -50,7 +50,9 @@
 
 #include "distributed/ddp.h"
 #include "distributed/shard_pieces.h"
+#include "distributed/sharded_exchange.h"
 #include "distributed/sharded_optimizer.h"
+#include "distributed/update_timing.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {
@@ -59,20 +61,20 @@ class ZeroOptimizer : public ShardedOptimizer {
  public:
   // Builds the inner optimizer over this rank's pieces (distributed/shard_pieces.h).
   using Factory = ShardPieces::Factory;
-  enum class When { EndOfBackward, DuringBackward, OnStep };
 
   // `groups`: the parameters the optimizer updates, with their weight decay and lr scale — DDP's
   // parameters themselves when they are float32, or the float32 masters of mixed precision
   // (optim::MixedPrecision::master_params(), same names as DDP's bf16 parameters, which then act as
-  // compute twins). Shards `ddp`'s buckets (DistributedDataParallel::shard_buckets); unless `when` is
-  // OnStep, takes over its bucket hook, so that `loss.backward()` performs the whole optimizer step.
+  // compute twins). Installs a ShardedExchange on `ddp` (behind an UpdatingExchange unless `when` is
+  // OnStep, so that `loss.backward()` performs the whole optimizer step); it stays after this object ends,
+  // without the updates. `ddp`'s exchange must not be replaced while this object lives.
   ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups, const Factory& make,
-                When when = When::EndOfBackward);
+                UpdateTiming when = UpdateTiming::AtBackwardEnd);
   ~ZeroOptimizer();
   ZeroOptimizer(const ZeroOptimizer&) = delete;
   ZeroOptimizer& operator=(const ZeroOptimizer&) = delete;
 
-  optim::Optimizer& optimizer() override { return *inner_; }  // learning rate, state dict of this rank's shard
+  optim::Optimizer& optimizer() override { return *inner_; }      // learning rate, state dict of this rank's shard
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
 
   // OnStep only (distributed/sharded_optimizer.h): the norm sums every rank's blocks.
@@ -88,14 +90,17 @@ class ZeroOptimizer : public ShardedOptimizer {
   void on_bucket_reduced(size_t bucket);
 
   DistributedDataParallel& ddp_;
-  When when_;
-  ShardPieces shard_;  // this rank's pieces, and whole tensors from every rank's (checkpoints)
+  UpdateTiming when_;
+  ShardedExchange* exchange_ = nullptr;  // owned by ddp_
+  ShardPieces shard_;                    // this rank's pieces, and whole tensors from every rank's (checkpoints)
   std::unique_ptr<optim::Optimizer> inner_;
-  std::vector<std::vector<Tensor>> pieces_;  // [bucket] -> this rank's pieces (the optimizer's parameters)
-  std::vector<Tensor> grad_blocks_;          // [bucket] -> this rank's averaged block of the gradients
-  std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under DuringBackward)
+  std::vector<std::vector<Tensor>> pieces_;     // [bucket] -> this rank's pieces (the optimizer's parameters)
+  std::vector<Tensor> grad_blocks_;             // [bucket] -> this rank's averaged block of the gradients
+  std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under WhenReduced)
   std::vector<std::shared_ptr<Work>> gathers_;
   int64_t sharded_elements_ = 0;
+  // The update DDP's exchange calls reaches this object through a cell the destructor clears.
+  std::shared_ptr<ZeroOptimizer*> alive_ = std::make_shared<ZeroOptimizer*>(this);
 };
 
 }  // namespace dpt::dist

@@ -7,6 +7,7 @@
 // exactly zero after softmax in float32 and bfloat16.
 
 #include "layers/dropout.h"
+#include "layers/kv_cache.h"
 #include "layers/linear.h"
 #include "layers/module.h"
 
@@ -20,6 +21,10 @@ class CausalSelfAttention : public Module {
   // residual + forward(x). Without dropout on the output the add is the output projection's
   // (Linear::forward_residual): one pass over the residual stream fewer.
   Tensor forward_residual(const Tensor& x, const Tensor& residual);
+  // Inference with a KV cache (layers/kv_cache.h): x [B, t, C] holds positions past .. past + t - 1; their
+  // keys and values are written into `cache`, and each query attends to every cached position up to its
+  // own. Either the first call (past 0, any t: the prompt) or one new position (t 1). No autograd.
+  Tensor forward_cached(const Tensor& x, KvCache::Layer& cache, int64_t past);
 
   std::shared_ptr<Linear> qkv;
   std::shared_ptr<Linear> proj;

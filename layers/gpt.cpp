@@ -47,6 +47,30 @@ Tensor GPT::forward(const Tensor& idx) {
   return matmul(x, wte->weight, false, true);  // tied head: [B, T, C] @ [V, C]^T
 }
 
+Tensor GPT::forward_cached(const Tensor& idx, KvCache& cache) {
+  DPT_CHECK(idx.dim() == 2, "GPT: expected token ids [B, T], found {}", shape_str(idx.shape()));
+  DPT_CHECK(!is_training(), "GPT::forward_cached: call eval() first (no dropout in a cached forward)");
+  const int64_t b = idx.size(0), t = idx.size(1), past = cache.length;
+  DPT_CHECK(past + t <= config_.block_size, "GPT: {} cached and {} new positions exceed block_size {}", past, t,
+            config_.block_size);
+  if (cache.layers.empty()) {
+    const int64_t d = config_.n_embd / config_.n_head;
+    const TensorOptions options = wte->weight.options();
+    cache.layers.resize(static_cast<size_t>(config_.n_layer));
+    for (KvCache::Layer& layer : cache.layers) {
+      layer.keys = zeros({config_.block_size, b, config_.n_head, d}, options);
+      layer.values = zeros({config_.block_size, b, config_.n_head, d}, options);
+    }
+  }
+  Tensor pos = arange(past + t, TensorOptions{}.with_dtype(DType::Int64).with_device(idx.device())).slice(past, past + t);
+  Tensor x = wte->forward(idx) + wpe->forward(pos);
+  for (size_t i = 0; i < blocks->size(); ++i) {
+    x = static_cast<TransformerBlock&>((*blocks)[i]).forward_cached(x, cache.layers[i], past);
+  }
+  cache.length = past + t;
+  return matmul(ln_f->forward(x), wte->weight, false, true);
+}
+
 Tensor GPT::loss(const Tensor& idx, const Tensor& targets) { return cross_entropy_loss(forward(idx), targets); }
 
 }  // namespace dpt::nn

@@ -9,6 +9,7 @@
 // torch.nn.Linear.
 #include "layers/dropout.h"
 #include "layers/embedding.h"
+#include "layers/kv_cache.h"
 #include "layers/layer_norm.h"
 #include "layers/module.h"
 #include "layers/sequential.h"
@@ -33,6 +34,11 @@ class GPT : public Module {
 
   // idx: int32/int64 [B, T] with T <= block_size -> logits [B, T, vocab_size].
   Tensor forward(const Tensor& idx) override;
+  // The logits of positions cache.length .. cache.length + T - 1 for idx [B, T], reusing the keys and
+  // values of the positions before (layers/kv_cache.h) and adding these: the prompt first (an empty
+  // cache), then one token at a time, up to block_size positions. The same logits as forward() on the
+  // whole sequence. Inference only (no autograd), in eval mode.
+  Tensor forward_cached(const Tensor& idx, KvCache& cache);
   // Mean cross-entropy of the next-token predictions against targets [B, T] (ignore_index -100).
   Tensor loss(const Tensor& idx, const Tensor& targets);
   const GPTConfig& config() const { return config_; }

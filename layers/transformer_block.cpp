@@ -36,4 +36,9 @@ Tensor TransformerBlock::forward(const Tensor& x) {
   return mlp->forward_residual(m, h_skip);
 }
 
+Tensor TransformerBlock::forward_cached(const Tensor& x, KvCache::Layer& cache, int64_t past) {
+  Tensor h = x + attn->forward_cached(ln1->forward(x), cache, past);
+  return h + mlp->forward(ln2->forward(h));
+}
+
 }  // namespace dpt::nn

@@ -29,6 +29,8 @@ class TransformerBlock : public Module {
   TransformerBlock(int64_t n_embd, int64_t n_head, double dropout = 0.0, Generator& gen = default_generator(),
                    bool bias = true);
   Tensor forward(const Tensor& x) override;
+  // Inference with a KV cache: see CausalSelfAttention::forward_cached.
+  Tensor forward_cached(const Tensor& x, KvCache::Layer& cache, int64_t past);
 
   std::shared_ptr<LayerNorm> ln1;
   std::shared_ptr<CausalSelfAttention> attn;

@@ -35,8 +35,8 @@ class Optimizer {
   void step();
   void zero_grad(bool set_to_none = false);
 
-  // Overlapped stepping, e.g. one gradient bucket at a time as DDP finishes them (distributed/ddp.h,
-  // set_bucket_reduced_hook): begin_step() once, then update(params) for disjoint subsets; together they
+  // Overlapped stepping, e.g. one gradient bucket at a time as DDP finishes them
+  // (distributed/updating_exchange.h): begin_step() once, then update(params) for disjoint subsets; together they
   // do what one step() does. `params` may name the optimizer's parameters or their compute twins.
   void begin_step();
   void update(const std::vector<Tensor>& params);

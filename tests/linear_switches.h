@@ -1,10 +1,9 @@
 #pragma once
-// The process-wide switches of dpt::linear (core/ops.h) and of the attention forward
-// (core/ops_flash_attention.h), set for one test and restored however the test ends, so a test that
-// compares the fused and the composed paths leaves the next test unaffected.
+// The process-wide switches of dpt::linear (core/ops.h), set for one test and restored however the test
+// ends, so a test that compares the fused and the composed paths leaves the next test unaffected. (The
+// attention path is a flag: ScopedFlag(Flag::Attention, ...), core/flags.h.)
 #include "core/grad_column_sums.h"
 #include "core/ops.h"
-#include "core/ops_flash_attention.h"
 
 namespace dpt {
 
@@ -38,12 +37,6 @@ class AbsorbSwitch : public ScopedSwitch<LinearAbsorb> {
 class ColumnSumsSwitch : public ScopedSwitch<bool> {
  public:
   explicit ColumnSumsSwitch(bool on) : ScopedSwitch(grad_column_sums_enabled, set_grad_column_sums, on) {}
-};
-
-// cuDNN's fused attention, forward and the backward after it, on or off (set_cudnn_attention).
-class CudnnAttentionSwitch : public ScopedSwitch<bool> {
- public:
-  explicit CudnnAttentionSwitch(bool on) : ScopedSwitch(cudnn_attention_enabled, set_cudnn_attention, on) {}
 };
 
 }  // namespace dpt

@@ -12,9 +12,6 @@
 // the two event hops an overlapped collective pays (distributed/process_group.h). algbw = S / t; busbw = algbw × factor, with the nccl-tests factors:
 // allreduce 2(n−1)/n, allgather and reduce-scatter (n−1)/n, broadcast 1.
 //
-// Op `average_ce` (CUDA, one host, 2-8 GPUs with peer access) is DDP's copy-engine exchange
-// (distributed/peer_exchange.h) averaging one bucket of S bytes in place; its busbw uses allreduce's factor.
-//
 // Correctness: after timing, each (op, size) runs once more on inputs whose exact result is small
 // integers, so it does not depend on the order of summation, and every element is compared exactly
 // on every rank. A wrong result marks the row FAILED and makes the exit status non-zero.
@@ -34,7 +31,6 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "distributed/peer_exchange.h"
 #include "distributed/process_group.h"
 #include "subcommand.h"
 
@@ -76,7 +72,7 @@ int64_t parse_bytes(const std::string& text) {
 }
 
 double bus_factor(const std::string& op, int n) {
-  if (op == "allreduce" || op == "average_ce") return 2.0 * (n - 1) / n;
+  if (op == "allreduce") return 2.0 * (n - 1) / n;
   if (op == "allgather" || op == "reduce_scatter") return static_cast<double>(n - 1) / n;
   return 1.0;
 }
@@ -124,7 +120,6 @@ class Bench {
       : group_(std::move(pg)), pg_(*group_), o_(o), device_(device) {}
 
   Row run(const std::string& op, int64_t bytes) {
-    if (op == "average_ce") return run_copy_engine_average(bytes);
     const int n = pg_.size(), r = pg_.rank();
     const int64_t elem = static_cast<int64_t>(dtype_size(o_.dtype));
     int64_t count = bytes / elem;
@@ -191,38 +186,6 @@ class Bench {
   }
 
  private:
-  // The copy-engine exchange owns its buffer (memory the peers map), so it gets its own path: one
-  // bucket of `bytes`, averaged in place; checked on small integers like the others.
-  Row run_copy_engine_average(int64_t bytes) {
-    const int n = pg_.size(), r = pg_.rank();
-    const int64_t count = bytes / static_cast<int64_t>(dtype_size(o_.dtype));
-    Row row{"average_ce", count * static_cast<int64_t>(dtype_size(o_.dtype)), count};
-    if (count == 0) return row;
-    DPT_CHECK(device_.is_cuda(), "average_ce needs CUDA devices");
-    dist::PeerExchange exchange(group_, {{count, o_.dtype}}, device_.index, "bench");
-    Tensor buffer = exchange.buffer(0);
-    buffer.copy_(pattern(count, o_.dtype, device_, [](int64_t i) { return 1e-3 * static_cast<double>(1 + i % 7); }));
-    auto issue = [&]() { return exchange.average(0); };
-    for (int i = 0; i < o_.warmup; ++i) issue()->wait();
-    std::vector<double> times = time_runs(issue);
-    std::sort(times.begin(), times.end());
-    row.time_us = times[times.size() / 2];
-    row.algbw = static_cast<double>(row.bytes) / (row.time_us * 1e-6) / 1e9;
-    row.busbw = row.algbw * bus_factor("average_ce", n);
-
-    auto base = [](int64_t i) { return static_cast<double>(2 * (i % 3 + 1)); };
-    buffer.copy_(pattern(count, o_.dtype, device_, [&](int64_t i) { return (r + 1) * base(i); }));
-    exchange.average(0)->wait();
-    const double mean_factor = (n + 1) / 2.0;  // mean of 1..n
-    int64_t bad = mismatches(buffer, [&](int64_t i) { return mean_factor * base(i); });
-    if (bad > 0) std::fprintf(stderr, "rank %d: average_ce of %lld bytes: %lld wrong elements\n", r,
-                              static_cast<long long>(row.bytes), static_cast<long long>(bad));
-    Tensor flag = pattern(1, DType::Float32, device_, [&](int64_t) { return bad > 0 ? 1.0 : 0.0; });
-    pg_.allreduce(flag, ReduceOp::Max)->wait();
-    row.ok = flag.to(Device::cpu()).data<float>()[0] == 0.0f;
-    return row;
-  }
-
   Tensor zeros_on_device(int64_t n) {
     return pattern(n, o_.dtype, device_, [](int64_t) { return 0.0; });
   }
@@ -315,7 +278,7 @@ int run_collectives(const Options& options) {
 }
 
 // The collectives --ops may name.
-const std::vector<std::string> kOps = {"allreduce", "allgather", "reduce_scatter", "broadcast", "average_ce"};
+const std::vector<std::string> kOps = {"allreduce", "allgather", "reduce_scatter", "broadcast"};
 
 // A size: a positive number of bytes with an optional K, M or G (KiB, MiB, GiB).
 const CLI::Validator kBytes(

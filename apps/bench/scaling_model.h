@@ -5,14 +5,12 @@
 //   T_allreduce(N) = 2 (N-1) alpha + 2 (N-1)/N * bytes / beta          (ring AllReduce)
 //
 // `interference` (N > 1 only) is what a step loses beyond exposed communication: kernels slowed by
-// NCCL's kernels sharing the SMs and memory, the 1/world scaling pass, the end-of-backward waits. It was
-// missing from the first version of this model, which predicted 3.14 ms for the 92M MLP on 2 x H200
-// where 3.67 ms was measured (1.0 ms of communication, 0.56 ms of it exposed); it is now fitted as
-// measured step - compute - exposed at the largest measured N. It can be negative: with the optimizer
-// inside backward (`--overlap-optimizer`) the update the 1-GPU step runs after backward is spread over the
-// buckets, and runs while later buckets communicate, so a step can grow by less than its exposed
-// communication (92M MLP, 2 x H200: 1.47 -> 2.09 ms with 1.46 ms exposed). Clamping it at zero made
-// the fit miss the very measurement it was fitted to (2.93 ms predicted).
+// NCCL's kernels sharing the SMs and memory, the 1/world scaling pass, the end-of-backward waits. Without
+// it the model underestimates small models' multi-GPU steps. It is fitted as measured step - compute -
+// exposed at the largest measured N, and can be negative: with the optimizer inside backward the update
+// the 1-GPU step runs after backward is spread over the buckets and runs while later buckets
+// communicate, so a step can grow by less than its exposed communication. Clamped at zero, the fit
+// would miss the very measurement it was fitted to.
 // T_compute is the 1-GPU step time; `hidden` is the part of backward that communication can overlap
 // with (measured: the communication time that was not exposed at the largest measured N, bounded by
 // the backward time). alpha (per-step latency) and beta (bus bandwidth) come from the collective

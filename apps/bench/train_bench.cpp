@@ -17,12 +17,11 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "core/safetensors.h"
+#include "distributed/data_parallel.h"
 #include "distributed/ddp.h"
 #include "distributed/env.h"
 #include "distributed/gathered_linear_zero.h"
-#include "distributed/overlapped_optimizer.h"
 #include "distributed/process_group.h"
-#include "distributed/zero_optimizer.h"
 #include "json_line.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"
@@ -78,11 +77,10 @@ struct Args {
   double bucket_cap_mb = 25;
   std::string comm_dtype;  // empty: the gradients' dtype
   bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
-  bool updates_when_reduced = false;  // with --overlap-optimizer or --zero: updates on DDP's update stream during backward
+  bool updates_when_reduced = false;  // with --overlap-optimizer or --zero: UpdateTiming::WhenReduced
   bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   bool gathered_grads = false;     // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
-  std::string grad_exchange = "nccl";  // with DDP: nccl, copy_engine or auto (DDPOptions::grad_exchange)
   bool copy_engines = false;  // with --zero: reduce-scatters and all-gathers on the copy engines (DDPOptions)
   std::string save_start;  // non-empty: write the initial float32 parameters and the batch here (rank 0)
   bool cuda_graph = false;  // capture one step after warm-up and replay it (one launch per step)
@@ -201,47 +199,42 @@ int run_train_bench(const Args& args) {
   adam.beta2 = 0.95;
   optim::AdamW opt(optim::weight_decay_groups(mp.master_params(), 0.1), adam);
   std::unique_ptr<dist::DistributedDataParallel> ddp;
-  std::unique_ptr<dist::ZeroOptimizer> zero;
-  std::unique_ptr<dist::GatheredLinearZero> gathered;
+  std::unique_ptr<dist::ShardedOptimizer> sharded;  // --zero or --gathered-grads: updated inside backward
+  dist::GatheredLinearZero* gathered = nullptr;     // --gathered-grads: it times its own collectives
   if (group) {
-    dist::DDPOptions o;
-    o.bucket_cap_mb = args.bucket_cap_mb;
-    o.grad_exchange = dist::parse_grad_exchange(args.grad_exchange);
-    o.copy_engines = args.copy_engines;
-    if (!args.comm_dtype.empty()) o.comm_dtype = parse_dtype(args.comm_dtype);
-    ddp = std::make_unique<dist::DistributedDataParallel>(model, group, o);
+    dist::DataParallelOptions dp;
+    dp.ddp.bucket_cap_mb = args.bucket_cap_mb;
+    dp.ddp.copy_engines = args.copy_engines;
+    if (!args.comm_dtype.empty()) dp.ddp.comm_dtype = parse_dtype(args.comm_dtype);
+    dp.sharding = args.gathered_grads ? dist::Sharding::GatheredGrads
+                  : args.zero         ? dist::Sharding::Zero
+                                      : dist::Sharding::None;
+    // Gathered gradients always update as each layer's gradients are formed.
+    const dist::UpdateTiming in_backward =
+        args.updates_when_reduced || args.gathered_grads ? dist::UpdateTiming::WhenReduced
+                                                         : dist::UpdateTiming::AtBackwardEnd;
+    dp.timing = args.zero || args.overlap_optimizer ? in_backward : dist::UpdateTiming::OnStep;
     auto make_shard = [&](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
       auto shard = std::make_unique<optim::AdamW>(std::move(g), adam);
       if (args.cuda_graph) shard->count_steps_on_device();  // replays advance the step on the device
       return shard;
     };
-    if (args.gathered_grads) {
-      gathered = std::make_unique<dist::GatheredLinearZero>(*ddp, optim::weight_decay_groups(mp.master_params(), 0.1),
-                                                            make_shard);
-    } else if (args.zero) {
-      zero = std::make_unique<dist::ZeroOptimizer>(
-          *ddp, optim::weight_decay_groups(mp.master_params(), 0.1), make_shard,
-          args.updates_when_reduced ? dist::ZeroOptimizer::When::DuringBackward
-                                    : dist::ZeroOptimizer::When::EndOfBackward);
-    } else if (args.overlap_optimizer) {
-      dist::step_in_backward(*ddp, opt,
-                             args.updates_when_reduced ? dist::DistributedDataParallel::HookTiming::WhenReduced
-                                                       : dist::DistributedDataParallel::HookTiming::AtBackwardEnd);
-    }
+    dist::DataParallel wrapped = dist::wrap_data_parallel(
+        model, group, dp, &opt, optim::weight_decay_groups(mp.master_params(), 0.1), make_shard);
+    ddp = std::move(wrapped.ddp);
+    sharded = std::move(wrapped.sharded);
+    gathered = dynamic_cast<dist::GatheredLinearZero*>(sharded.get());
   }
   // bf16: the fused update reads the bf16 gradients and writes the bf16 parameters itself (no float32
   // gradient copies, no separate conversion pass; optim/optimizer.h set_compute_twins). ZeRO sets up
   // the same on its shards.
   const bool twins = compute == DType::BFloat16 && !args.unfused_master;
-  if (twins && !zero && !gathered) mp.fuse_with(opt);
+  if (twins && !sharded) mp.fuse_with(opt);
   const bool optimizer_in_backward = ddp && (args.overlap_optimizer || args.zero);
   // With DDP the graph holds the step's NCCL collectives too (AllReduces, or ZeRO's reduce-scatters and
-  // all-gathers); the copy-engine exchange's flags are not captured.
+  // all-gathers).
   DPT_CHECK(!args.cuda_graph || device.is_cuda(), "dpt-bench train: --cuda-graph runs on a GPU (device {})",
             device.str());
-  DPT_CHECK(!args.cuda_graph || !ddp || ddp->graph_capturable(),
-            "dpt-bench train: --cuda-graph with several GPUs needs NCCL (--grad-exchange nccl); gradients are "
-            "averaged by {}", ddp ? ddp->exchange_name() : "");
   DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(), "dpt-bench train: --cuda-graph needs bf16 with fused "
             "master updates or fp32 (not --unfused-master)");
   if (args.cuda_graph) opt.count_steps_on_device();  // replays advance the step on the device
@@ -398,7 +391,7 @@ int run_train_bench(const Args& args) {
       std::printf("dpt-bench train: Linear gradients formed from all-gathered inputs and output gradients "
                   "(GatheredLinearZero)\n");
     } else if (ddp && device.is_cuda()) {
-      std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name());
+      std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name().c_str());
     }
     if (ddp && device.is_cuda()) {
       std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward%s (%.1f%% "
@@ -438,7 +431,6 @@ SubcommandRun setup_train_bench(CLI::App& app) {
   app.add_flag_callback(
       "--gathered-grads", [a] { a->gathered_grads = a->zero = true; },
       "ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)");
-  app.add_option("--grad-exchange", a->grad_exchange, "with DDP: nccl, copy_engine or auto")->capture_default_str();
   app.add_flag("--copy-engines", a->copy_engines, "with --zero: reduce-scatters and all-gathers on the copy engines");
   app.add_option("--save-start", a->save_start, "write the initial float32 parameters and the batches here (rank 0)");
   app.add_flag("--losses", a->losses, "print every step's loss, warm-up included, as \"losses\" in the JSON line");

@@ -58,7 +58,7 @@ int generate(const Options& o) {
   sampling.temperature = o.temperature;
   sampling.top_k = o.top_k;
   sampling.vocab_limit = std::min(codec->vocab_size(), run->vocab_size());
-  WindowedGpt model(run->gpt());
+  CachedGpt model(run->gpt());
   const std::vector<int32_t> ids = dpt::train::generate(model, prompt, o.max_tokens, sampling, o.seed);
   const std::string text = codec->continued(o.prompt, ids) + "\n";
   std::fwrite(text.data(), 1, text.size(), stdout);

@@ -17,6 +17,7 @@
 #include <sstream>
 
 #include "core/cuda_runtime.h"
+#include "data/token_shards.h"
 
 namespace dpt::train {
 
@@ -82,15 +83,20 @@ std::vector<Field> build_schema() {
           .help = "output channels of each conv + ReLU + 2x2 max-pool stage");
   DPT_KEY(Int, "model.cnn.kernel_size", model.cnn.kernel_size, .min = 1, .max = 15, .help = "conv kernel (odd)");
   DPT_KEY(Int, "model.cnn.hidden", model.cnn.hidden, .min = 1, .help = "fully connected width before the classifier");
+  DPT_KEY(String, "model.init_from", model.init_from,
+          .help = "gpt: start from these weights: a Hugging Face GPT-2 folder (config.json + model.safetensors) "
+                  "or a .safetensors nanoGPT state dict; a resumed checkpoint takes precedence");
 
   DPT_KEY(Choice, "data.kind", data.kind,
           .choices = {"synthetic_classification", "synthetic_regression", "synthetic_images", "synthetic_tokens",
                       "tokens", "text", "mnist"},
           .help = "dataset");
   DPT_KEY(String, "data.path", data.path,
-          .help = "tokens: .bin file; text: text file; mnist: images idx; synthetic_tokens: file to generate");
+          .help = "tokens: .bin file, or a glob of shards (data/fineweb_train_*.bin: sorted, read as one stream, no "
+                  "window crosses two); text: text file; mnist: images idx; synthetic_tokens: file to generate");
   DPT_KEY(String, "data.val_path", data.val_path,
-          .help = "tokens: validation .bin; mnist: validation images (else a tail of the training data)");
+          .help = "tokens: validation .bin or glob of shards; mnist: validation images (else a tail of the training "
+                  "data)");
   DPT_KEY(String, "data.labels_path", data.labels_path, .help = "mnist: labels idx");
   DPT_KEY(String, "data.val_labels_path", data.val_labels_path, .help = "mnist: validation labels idx");
   DPT_KEY(Float, "data.val_fraction", data.val_fraction, .min = 0, .max = 0.5,
@@ -152,9 +158,6 @@ std::vector<Field> build_schema() {
           .help = "collectives: auto = nccl on GPU, gloo on CPU");
   DPT_KEY(Float, "distributed.bucket_cap_mb", distributed.bucket_cap_mb, .min = 0, .min_exclusive = true, .max = 65536,
           .help = "gradient bucket size (MiB)");
-  DPT_KEY(Choice, "distributed.grad_exchange", distributed.grad_exchange, .choices = {"nccl", "copy_engine", "auto"},
-          .help = "GPU gradient averaging: nccl, copy_engine (DMA between GPUs of one host), auto = copy engines "
-                  "when every GPU is on one host with peer access, else nccl");
   DPT_KEY(Float, "distributed.first_bucket_mb", distributed.first_bucket_mb, .min = 0, .min_exclusive = true,
           .max = 65536, .help = "size of the first bucket (MiB), small so communication starts early");
   DPT_KEY(Choice, "distributed.comm_dtype", distributed.comm_dtype, .choices = {"fp32", "bf16"},
@@ -185,6 +188,9 @@ std::vector<Field> build_schema() {
           .help = "auto (newest valid checkpoint in dir) | never | path of a checkpoint");
   DPT_KEY(Bool, "checkpoint.enabled", checkpoint.enabled,
           .help = "false: save no checkpoints and resume from none (benchmark runs)");
+  DPT_KEY(Choice, "checkpoint.resume_changed", checkpoint.resume_changed, .choices = {"refuse", "allow"},
+          .help = "a checkpoint whose model, data, optim, schedule, precision, batch, seed or world size settings "
+                  "differ from this config's: refuse (stop, naming each key) or allow (warn and resume)");
 
   DPT_KEY(Int, "logging.every", logging.every, .min = 1, .help = "steps between log lines");
   DPT_KEY(String, "logging.metrics_file", logging.metrics_file, .help = "JSONL metrics; default <dir>/metrics.jsonl; a failed write stops the run");
@@ -194,7 +200,7 @@ std::vector<Field> build_schema() {
           .help = "also write the metrics as CSV: metrics.csv beside the metrics file, one row per record");
   DPT_KEY(Bool, "logging.tensorboard", logging.tensorboard,
           .help = "also write a TensorBoard event file (events.out.tfevents.*) beside the metrics file: train/loss, "
-                  "train/lr, train/grad_norm, train/throughput, val/loss, val/perplexity");
+                  "train/lr, train/grad_norm, train/throughput, val/loss, val/perplexity (language models), val/accuracy (classifiers)");
 
   DPT_KEY(Int, "eval.every", eval.every, .min = 0, .help = "steps between evaluations; 0: at the end only");
   DPT_KEY(Int, "eval.batches", eval.batches, .min = 1,
@@ -731,7 +737,8 @@ class Loader {
       if (is_set(target) && entries_[target].node.IsSequence()) {
         list = YAML::Clone(entries_[target].node);
       } else {
-        list = to_node(*field, Config{});
+        static const Config defaults;  // (a temporary Config here trips GCC 12's -Wmaybe-uninitialized)
+        list = to_node(*field, defaults);
       }
       if (*index > list.size()) {
         report_at(at, key, fmt::format("index {} is past the end of the list ({} items)", *index, list.size()));
@@ -752,15 +759,19 @@ class Loader {
 
   // Resolves a relative input path: the current directory first, then the config file's directory
   // and its parent (so configs/x.yaml can name data/... from anywhere). Returns "" when not found.
+  // A glob pattern (data.kind tokens: sharded files) counts as found where it matches a file.
   std::string find_input(const std::string& path) const {
     if (path.empty()) return "";
-    if (fs::exists(path)) return path;
+    auto found = [](const fs::path& p) {
+      return fs::exists(p) || (data::is_glob_pattern(p.string()) && !data::glob_paths(p.string()).empty());
+    };
+    if (found(path)) return path;
     if (fs::path(path).is_absolute()) return "";
     const fs::path dir = fs::path(name_).parent_path();
     for (const fs::path& base : {dir, dir.parent_path()}) {
       if (base.empty()) continue;
       fs::path candidate = base / path;
-      if (fs::exists(candidate)) return candidate.lexically_normal().string();
+      if (found(candidate)) return candidate.lexically_normal().string();
     }
     return "";
   }
@@ -774,8 +785,9 @@ class Loader {
     if (!options_.check_files) return;
     std::string found = find_input(value);
     if (found.empty()) {
-      report(key,
-             fmt::format("file '{}' does not exist (looked in the current directory and beside the config)", value));
+      const std::string what = data::is_glob_pattern(value) ? fmt::format("no file matches the pattern '{}'", value)
+                                                            : fmt::format("file '{}' does not exist", value);
+      report(key, fmt::format("{} (looked in the current directory and beside the config)", what));
     } else {
       value = found;
     }
@@ -791,9 +803,6 @@ class Loader {
     if (c.training.precision == "fp16") {
       report("training.cuda_graph", "cannot hold fp16's loss scale (it changes between steps): use bf16 or fp32");
     }
-    if (c.distributed.grad_exchange == "copy_engine") {
-      report("training.cuda_graph", "cannot capture DDP's copy-engine exchange: use distributed.grad_exchange nccl");
-    }
   }
 
   // distributed.zero shards buckets, which are reduce-scattered by NCCL or Gloo in the gradients' dtype.
@@ -805,9 +814,6 @@ class Loader {
       report("distributed.zero", fmt::format("communicates in the gradients' dtype: needs distributed.comm_dtype fp32, "
                                              "got {}",
                                              c.distributed.comm_dtype));
-    }
-    if (c.distributed.grad_exchange == "copy_engine") {
-      report("distributed.zero", "reduce-scatters through NCCL: needs distributed.grad_exchange nccl or auto");
     }
   }
 
@@ -902,6 +908,13 @@ class Loader {
       if (d == "synthetic_tokens" && c.data.num_tokens < c.data.seq_len + 1) {
         report("data.num_tokens",
                fmt::format("must be > data.seq_len ({}), got {}", c.data.seq_len, c.data.num_tokens));
+      }
+    }
+    if (!c.model.init_from.empty()) {
+      if (m != "gpt") {
+        report("model.init_from", fmt::format("loads GPT-2 weights, but model.kind is {}", m));
+      } else {
+        require_file(c.model.init_from, "model.init_from", "model.init_from");
       }
     }
     if (m == "cnn" && c.model.cnn.kernel_size % 2 == 0) {
@@ -1080,6 +1093,16 @@ std::vector<std::string> config_keys() {
   std::vector<std::string> keys;
   for (const Field& f : schema()) keys.push_back(f.path);
   return keys;
+}
+
+std::vector<std::pair<std::string, std::string>> config_values(const Config& config) {
+  std::vector<std::pair<std::string, std::string>> values;
+  for (const Field& f : schema()) {
+    YAML::Emitter out;
+    out << to_node(f, config);
+    values.emplace_back(f.path, out.c_str());
+  }
+  return values;
 }
 
 }  // namespace dpt::train

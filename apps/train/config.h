@@ -14,6 +14,7 @@
 // parsed as YAML (`model.mlp.hidden=[256,256]`).
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
@@ -46,6 +47,9 @@ struct ModelConfig {
   MlpConfig mlp;
   GptConfig gpt;
   CnnConfig cnn;
+  // gpt: starting weights (apps/train/hf_gpt2.h): a Hugging Face GPT-2 folder (config.json +
+  // model.safetensors) or a .safetensors file of a nanoGPT state dict; "" trains from scratch.
+  std::string init_from;
 };
 
 struct DataConfig {
@@ -120,7 +124,6 @@ struct DistributedConfig {
   // output gradients (distributed/gathered_linear_zero.h)
   bool gathered_grads = false;
   bool copy_engines = false;  // with zero: sharded buckets exchanged by the copy engines (DDPOptions::copy_engines)
-  std::string grad_exchange = "nccl";  // nccl | copy_engine | auto (DDP's bucket averaging on GPUs)
   int64_t timeout_s = 300;    // collective/rendezvous deadline before a rank gives up
   bool debug_checks = false;  // verify before each collective that all ranks agree on (seq, op, count, dtype)
 };
@@ -131,6 +134,8 @@ struct CheckpointConfig {
   int64_t keep = 3;             // newest checkpoints kept
   std::string resume = "auto";  // auto | never | <path of a checkpoint>
   bool enabled = true;          // false: neither save nor resume (benchmarks)
+  // refuse | allow: resuming a checkpoint whose computation settings differ (apps/train/run_settings.h)
+  std::string resume_changed = "refuse";
 };
 
 struct LoggingConfig {
@@ -197,6 +202,8 @@ void write_config(const Config& config, const std::string& path);
 std::string config_reference();
 // Every dotted key of the schema, in order.
 std::vector<std::string> config_keys();
+// Every key with its value as one line of YAML (lists in flow style), in schema order.
+std::vector<std::pair<std::string, std::string>> config_values(const Config& config);
 
 // Levenshtein distance, used for did-you-mean suggestions.
 size_t edit_distance(const std::string& a, const std::string& b);

@@ -4,6 +4,7 @@
 //   dpt-train --config FILE --print-config     (the resolved config, every key)
 //   dpt-train --config-reference               (every key, its type, default and meaning)
 //   dpt-train --config FILE --multirun optim.lr=0.01,0.003 [key=a,b ...]   (every combination, multirun.h)
+//   dpt-train --env-reference                  (every environment variable dptrain reads)
 // Exit codes: 0 done; 1 error (one message on stderr, nothing overwritten); 2 usage; 128 + signal when
 // SIGINT/SIGTERM stopped the run after a checkpoint, or before training began (a rendezvous still
 // waiting for peers gives way within a second).
@@ -18,6 +19,7 @@
 
 #include "command_line.h"
 #include "config.h"
+#include "core/flags.h"
 #include "distributed/env.h"
 #include "distributed/socket.h"
 #include "multirun.h"
@@ -60,6 +62,7 @@ int main(int argc, char** argv) {
   std::string config_path;
   bool print_config = false;
   bool config_reference = false;
+  bool env_reference = false;
   bool sweep = false;
   CLI::App app{"Trains the model a YAML config describes, on the CPU, one GPU, or one process per GPU under dpt-run.",
                "dpt-train"};
@@ -74,6 +77,7 @@ int main(int argc, char** argv) {
           ->type_name("KEY=VALUE");
   app.add_flag("--print-config", print_config, "print the resolved config, every key, and exit");
   app.add_flag("--config-reference", config_reference, "print every key, its type, default and meaning, and exit");
+  app.add_flag("--env-reference", env_reference, "print every environment variable dptrain reads, and exit");
   app.add_flag("--multirun,-m", sweep,
                "run every combination of the overrides that list several values (optim.lr=0.01,0.003), each in "
                "<checkpoint.dir>/multirun/<key>_<value>..., and write summary.md and summary.csv there")
@@ -85,6 +89,10 @@ int main(int argc, char** argv) {
   if (auto code = dpt::cli::parse(app, argc, argv)) return *code;
   if (config_reference) {
     std::cout << dpt::train::config_reference();
+    return 0;
+  }
+  if (env_reference) {
+    std::cout << dpt::environment_reference();
     return 0;
   }
   if (config_path.empty()) dpt::cli::usage_error("dpt-train", "--config is required");

@@ -8,8 +8,9 @@
 #include <sstream>
 
 #include "core/cuda_runtime.h"
-#include "core/env_switch.h"
 #include "core/error.h"
+#include "core/flags.h"
+#include "core/ops_flash_attention.h"
 
 namespace dpt::train {
 
@@ -25,10 +26,10 @@ struct Counts {
 // GPT-2 (layers/gpt.h): wte V x C, wpe T x C, per block two LayerNorms (2C each), qkv (3C^2 + 3C),
 // proj (C^2 + C), fc (4C^2 + 4C), fc proj (4C^2 + C), then ln_f (2C); the head is tied to wte.
 // Activations kept per token and layer: the block's inputs and outputs of LayerNorms, qkv, attention,
-// projections and the MLP's 4C-wide hidden (about 18 C values); without fused attention (the CPU, or
-// attention dropout) also the [T x T] scores, softmax and dropout of every head (3 H T values). Then the
-// logits (compute dtype) with float32 log-softmax and its gradient (8 bytes each), and one more layer of
-// gradients while backward runs through it.
+// projections and the MLP's 4C-wide hidden (about 18 C values); without fused attention (the CPU, a
+// composed case on the GPU, or attention dropout) also the [T x T] scores, softmax and dropout of every head (3 H T
+// values). Then the logits (compute dtype) with float32 log-softmax and its gradient (8 bytes each), and one more layer
+// of gradients while backward runs through it.
 Counts gpt_counts(const Config& config, const DataShape& shape, double c, bool fused_attention) {
   const GptConfig& g = config.model.gpt;
   const double v = static_cast<double>(g.vocab_size > 0 ? g.vocab_size : shape.vocab_size);
@@ -139,8 +140,6 @@ double cgroup_room() {
   return -1;
 }
 
-const EnvSwitch kMemoryCheck("DPT_MEMORY_CHECK");
-
 }  // namespace
 
 std::string human_bytes(double bytes) {
@@ -153,8 +152,14 @@ std::string human_bytes(double bytes) {
 MemoryEstimate estimate_training_memory(const Config& config, const DataShape& shape, DType compute,
                                         const Device& device, int world_size, std::string* keys) {
   const double c = static_cast<double>(dtype_size(compute));
-  // On a GPU attention runs fused (layers/attention.cpp): no [T x T] scores kept.
-  const Counts counts = model_counts(config, shape, c, device.is_cuda());
+  // On a GPU, bfloat16 attention with a head size the fused kernels take runs fused
+  // (core/ops_flash_attention.h): no [T x T] scores kept. Other dtypes and head sizes, and
+  // DPT_ATTENTION=reference, compose the op and keep them.
+  const GptConfig& g = config.model.gpt;
+  const bool fused_attention = device.is_cuda() && g.n_head > 0 && g.n_embd % g.n_head == 0 &&
+                               fused_causal_attention_supported(compute, g.n_embd / g.n_head) &&
+                               flag_value(Flag::Attention) != "reference";
+  const Counts counts = model_counts(config, shape, c, fused_attention);
   if (keys) *keys = counts.keys;
   const double p = counts.parameters;
   const bool mixed = compute != DType::Float32;
@@ -198,7 +203,7 @@ double available_memory(const Device& device, int local_processes, std::string* 
 
 void check_memory_fits(const Config& config, const DataShape& shape, DType compute, const Device& device,
                        int local_processes, int world_size) {
-  if (!kMemoryCheck.on()) return;
+  if (!flag_on(Flag::MemoryCheck)) return;
   std::string keys, where;
   const MemoryEstimate e = estimate_training_memory(config, shape, compute, device, world_size, &keys);
   const double available = available_memory(device, local_processes, &where);

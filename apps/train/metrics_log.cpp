@@ -110,6 +110,7 @@ class JsonlSink : public MetricsSink {
                                      {"best_val_loss", r.best_val_loss},
                                      {"best_step", r.best_step}};
     if (r.perplexity >= 0) record["val_perplexity"] = r.perplexity;
+    if (r.accuracy >= 0) record["val_accuracy"] = r.accuracy;
     file_.write_line(json_line(record));
   }
 
@@ -131,13 +132,14 @@ void MetricsLog::train(const TrainRecord& r) {
   for (auto& sink : sinks_) sink->train(r);
 }
 
-void MetricsLog::eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step) {
+void MetricsLog::eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step, double accuracy) {
   EvalRecord r;
   r.step = step;
   r.val_loss = val_loss;
   r.best_val_loss = best_val_loss;
   r.best_step = best_step;
   if (language_model_) r.perplexity = std::exp(val_loss);
+  r.accuracy = accuracy;
   for (auto& sink : sinks_) sink->eval(r);
 }
 

@@ -6,7 +6,8 @@
 // JSONL records: {"type": "train", "step", "loss", "lr", "grad_norm", "step_ms", "throughput",
 // "throughput_per_gpu", "unit", "mfu", "elapsed_s", "skipped"} (plus "loss_scale" under fp16) and
 // {"type": "eval", "step", "val_loss", "best_val_loss", "best_step"} (the best so far, this one included;
-// plus "val_perplexity", exp(val_loss), for language models).
+// plus "val_perplexity", exp(val_loss), for language models, and "val_accuracy", the fraction of
+// validation examples whose largest logit is their label, for classifiers).
 // Numbers are written in their shortest exact form, so two runs can be compared digit for digit;
 // non-finite values are written as null (JSON has no NaN).
 //
@@ -44,6 +45,7 @@ struct EvalRecord {
   double best_val_loss = 0;  // the lowest validation loss so far, this one included
   int64_t best_step = 0;     // ... and its step
   double perplexity = -1;    // exp(val_loss) for language models; < 0: not reported
+  double accuracy = -1;      // classifiers: fraction of argmax == label; < 0: not reported
 };
 
 class MetricsSink {
@@ -80,7 +82,8 @@ class MetricsLog {
   MetricsLog(const LoggingConfig& logging, int64_t keep_through_step, bool language_model);
 
   void train(const TrainRecord& r);
-  void eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step);
+  // `accuracy` < 0: not a classifier (nothing reported).
+  void eval(int64_t step, double val_loss, double best_val_loss, int64_t best_step, double accuracy = -1);
 
  private:
   std::vector<std::unique_ptr<MetricsSink>> sinks_;

@@ -26,15 +26,16 @@ class CsvSink : public MetricsSink {
       : file_(path, keep_through_step, csv_step, kMetricsCsvHeader) {}
 
   void train(const TrainRecord& r) override {
-    file_.write_line(fmt::format("train,{},{},{},{},{:.3f},{:.1f},{:.1f},{},{},{:.3f},{},{},,,,", r.step, cell(r.loss),
+    file_.write_line(fmt::format("train,{},{},{},{},{:.3f},{:.1f},{:.1f},{},{},{:.3f},{},{},,,,,", r.step, cell(r.loss),
                                  cell(r.lr), cell(r.grad_norm), r.step_ms, r.throughput, r.throughput_per_gpu, r.unit,
                                  r.mfu < 0 ? "" : fmt::format("{:.4f}", r.mfu), r.elapsed_s,
                                  r.skipped ? "true" : "false", r.loss_scale > 0 ? cell(r.loss_scale) : ""));
   }
 
   void eval(const EvalRecord& r) override {
-    file_.write_line(fmt::format("eval,{},,,,,,,,,,,,{},{},{},{}", r.step, cell(r.val_loss), cell(r.best_val_loss),
-                                 r.best_step, r.perplexity >= 0 ? cell(r.perplexity) : ""));
+    file_.write_line(fmt::format("eval,{},,,,,,,,,,,,{},{},{},{},{}", r.step, cell(r.val_loss), cell(r.best_val_loss),
+                                 r.best_step, r.perplexity >= 0 ? cell(r.perplexity) : "",
+                                 r.accuracy >= 0 ? cell(r.accuracy) : ""));
   }
 
  private:

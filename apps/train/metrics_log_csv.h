@@ -16,7 +16,7 @@ namespace dpt::train {
 
 constexpr const char* kMetricsCsvHeader =
     "type,step,loss,lr,grad_norm,step_ms,throughput,throughput_per_gpu,unit,mfu,elapsed_s,skipped,loss_scale,"
-    "val_loss,best_val_loss,best_step,val_perplexity";
+    "val_loss,best_val_loss,best_step,val_perplexity,val_accuracy";
 
 // Rows of steps after `keep_through_step` (> 0 when resuming) are dropped, as in the JSONL file.
 std::unique_ptr<MetricsSink> make_csv_sink(const std::string& path, int64_t keep_through_step);

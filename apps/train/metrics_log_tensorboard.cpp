@@ -65,6 +65,7 @@ class TensorBoardSink : public MetricsSink {
   void eval(const EvalRecord& r) override {
     std::vector<std::pair<std::string, float>> values = {{"val/loss", static_cast<float>(r.val_loss)}};
     if (r.perplexity >= 0) values.emplace_back("val/perplexity", static_cast<float>(r.perplexity));
+    if (r.accuracy >= 0) values.emplace_back("val/accuracy", static_cast<float>(r.accuracy));
     write(tfevents::scalars_event(wall_time(), r.step, values));
   }
 

@@ -5,6 +5,7 @@
 #include <spdlog/fmt/fmt.h>
 
 #include "core/error.h"
+#include "core/ops.h"
 #include "layers/activation.h"
 #include "layers/conv.h"
 #include "layers/flops.h"
@@ -96,6 +97,17 @@ Tensor Model::loss(const data::Batch& batch, DType compute) const {
   Tensor out = module_->forward(batch.input.to(compute));
   if (regression_) return nn::mse(out.to(DType::Float32), batch.target);
   return nn::cross_entropy_loss(std::move(out), batch.target);
+}
+
+Model::Scored Model::score(const data::Batch& batch, DType compute) const {
+  DPT_CHECK(is_classifier(), "Model::score: a {} model is not a classifier", kind_);
+  Tensor out = module_->forward(batch.input.to(compute));
+  const std::vector<int64_t> predicted = argmax(out, 1).to_vector<int64_t>();
+  const std::vector<int64_t> labels = batch.target.to_vector<int64_t>();
+  Scored s;
+  for (size_t i = 0; i < predicted.size(); ++i) s.correct += predicted[i] == labels[i] ? 1 : 0;
+  s.loss = nn::cross_entropy_loss(std::move(out), batch.target);
+  return s;
 }
 
 }  // namespace dpt::train

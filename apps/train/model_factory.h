@@ -25,6 +25,15 @@ class Model {
   Tensor loss(const data::Batch& batch, DType compute) const;
 
   bool is_gpt() const { return kind_ == "gpt"; }
+  // An MLP or CNN on class labels: validation also reports accuracy.
+  bool is_classifier() const { return !is_gpt() && !regression_; }
+  // A classifier's mean loss of a batch and how many of its examples have their label as the largest
+  // logit (the first largest, on ties), from one forward pass.
+  struct Scored {
+    Tensor loss;
+    int64_t correct = 0;
+  };
+  Scored score(const data::Batch& batch, DType compute) const;
   // What throughput counts: tokens for GPT, samples otherwise.
   const char* unit() const { return is_gpt() ? "tokens" : "samples"; }
   int64_t units_per_example() const { return is_gpt() ? seq_len_ : 1; }

@@ -31,6 +31,35 @@ std::vector<float> WindowedGpt::next(const std::vector<int32_t>& ids) {
   return logits[0][t - 1].to_vector<float>();
 }
 
+CachedGpt::CachedGpt(nn::GPT& model)
+    : model_(model),
+      was_training_(model.is_training()),
+      device_(model.wte->named_parameters().front().second.device()),
+      window_(model) {
+  model_.eval();
+}
+
+CachedGpt::~CachedGpt() { model_.train(was_training_); }
+
+std::vector<float> CachedGpt::next(const std::vector<int32_t>& ids) {
+  const auto n = static_cast<int64_t>(ids.size());
+  if (n > model_.config().block_size) return window_.next(ids);
+  NoGradGuard no_grad;
+  // Feed what the cache has not seen: the whole prompt first, then the one token picked since. A caller
+  // that restarts with other ids starts a new cache.
+  if (cache_.length >= n) cache_ = nn::KvCache{};
+  const int64_t past = cache_.length;
+  std::vector<int32_t> fresh(ids.begin() + past, ids.end());
+  if (past > 0 && fresh.size() > 1) {  // more than one new token after the prompt: start over
+    cache_ = nn::KvCache{};
+    return next(ids);
+  }
+  const auto t = static_cast<int64_t>(fresh.size());
+  Tensor logits = model_.forward_cached(
+      from_vector(fresh, {1, t}, TensorOptions{}.with_dtype(DType::Int32).with_device(device_)), cache_);
+  return logits[0][t - 1].to_vector<float>();
+}
+
 int32_t pick_token(const std::vector<float>& logits, const SamplingOptions& options, std::mt19937_64& rng) {
   const auto n =
       options.vocab_limit > 0 ? std::min(logits.size(), static_cast<size_t>(options.vocab_limit)) : logits.size();
@@ -71,10 +100,10 @@ std::vector<int32_t> generate(NextTokenLogits& model, const std::vector<int32_t>
 }
 
 std::vector<int32_t> sample_tokens(nn::GPT& model, int32_t start, int64_t count, uint64_t seed, double temperature) {
-  WindowedGpt windowed(model);
+  CachedGpt cached(model);
   SamplingOptions options;
   options.temperature = temperature;
-  return generate(windowed, {start}, count, options, seed);
+  return generate(cached, {start}, count, options, seed);
 }
 
 std::string render_tokens(const std::vector<int32_t>& ids, const std::optional<data::CharVocab>& vocab) {

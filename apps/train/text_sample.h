@@ -5,8 +5,8 @@
 // Each step asks a NextTokenLogits for the logits of the token after the sequence so far and draws
 // from softmax(logits / temperature), restricted to the top_k largest when top_k > 0. A seeded
 // std::mt19937_64 makes the text a pure function of (model, prompt, options, seed). The model side is
-// an interface so that a KV-cached forward (feeding only the newest token) can replace the windowed
-// one without touching the loop.
+// an interface: CachedGpt feeds only the newest token (a KV cache), WindowedGpt the whole window (the
+// reference the cached one is tested against).
 #include <cstdint>
 #include <optional>
 #include <random>
@@ -48,6 +48,26 @@ class WindowedGpt : public NextTokenLogits {
   nn::GPT& model_;
   bool was_training_;
   Device device_;
+};
+
+// The same logits through a KV cache (layers/kv_cache.h): the first call runs the prompt, each later
+// call only the token picked since, so a token costs one position, not the whole prefix. Past
+// block_size tokens every position of the window shifts, so each call then runs the window like
+// WindowedGpt. Keeps the model in eval mode while it exists.
+class CachedGpt : public NextTokenLogits {
+ public:
+  explicit CachedGpt(nn::GPT& model);
+  ~CachedGpt() override;
+  CachedGpt(const CachedGpt&) = delete;
+  CachedGpt& operator=(const CachedGpt&) = delete;
+  std::vector<float> next(const std::vector<int32_t>& ids) override;
+
+ private:
+  nn::GPT& model_;
+  bool was_training_;
+  Device device_;
+  nn::KvCache cache_;
+  WindowedGpt window_;  // past block_size
 };
 
 // One draw from `logits` as SamplingOptions describes (no random number is used when greedy). Throws

@@ -27,6 +27,7 @@
 #include "core/ops.h"
 #include "layers/gpt.h"
 #include "optim/grad_clip.h"
+#include "run_settings.h"
 #include "stop_signal.h"
 #include "text_sample.h"
 #include "vocab_metadata.h"
@@ -122,37 +123,52 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   return r;
 }
 
-double Trainer::evaluate() {
-  if (!val_loader_ || eval_batches_ == 0) return std::nan("");
+Trainer::Evaluation Trainer::evaluate() {
+  if (!val_loader_ || eval_batches_ == 0) return {std::nan(""), -1};
   nn::Module& module = *model_->module();
   NoGradGuard no_grad;
   module.eval();
   val_loader_->set_position({0, 0});  // the same validation batches every time
+  const bool classifier = model_->is_classifier();
   Tensor sum;
+  double correct = 0, examples = 0;
   for (int64_t i = 0; i < eval_batches_; ++i) {
-    Tensor loss = model_->loss(val_loader_->next(), compute_);
+    const data::Batch batch = val_loader_->next();
+    Tensor loss;
+    if (classifier) {
+      Model::Scored s = model_->score(batch, compute_);
+      loss = s.loss;
+      correct += static_cast<double>(s.correct);
+      examples += static_cast<double>(batch.target.size(0));
+    } else {
+      loss = model_->loss(batch, compute_);
+    }
     sum = sum.defined() ? sum + loss : loss;
   }
   module.train();
   const double local = sum.item() / static_cast<double>(eval_batches_);
-  return sum_over_ranks({local})[0] / env_.world_size;
+  // Counts, not per-rank fractions, are summed: the accuracy is that of every example evaluated.
+  const std::vector<double> total = sum_over_ranks({local, correct, examples});
+  return {total[0] / env_.world_size, classifier ? total[1] / total[2] : -1};
 }
 
-std::string Trainer::perplexity_text(double val_loss) const {
-  return model_->is_gpt() ? fmt::format(", perplexity {:.2f}", std::exp(val_loss)) : "";
+std::string Trainer::quality_text(const Evaluation& val) const {
+  if (model_->is_gpt()) return fmt::format(", perplexity {:.2f}", std::exp(val.loss));
+  return val.accuracy >= 0 ? fmt::format(", accuracy {:.4f}", val.accuracy) : "";
 }
 
-void Trainer::record_eval(int64_t step, double val) {
+void Trainer::record_eval(int64_t step, const Evaluation& e) {
+  const double val = e.loss;
   if (!std::isfinite(val)) return;
   if (val < best_val_loss_) {
     best_val_loss_ = val;
     best_val_step_ = step;
   }
   if (!is_main()) return;
-  metrics_->eval(step, val, best_val_loss_, best_val_step_);
+  metrics_->eval(step, val, best_val_loss_, best_val_step_, e.accuracy);
   progress_->clear();
   if (step < total_steps_) {
-    spdlog::info("step {}: validation loss {:.4f}{} (best {:.4f} at step {})", step, val, perplexity_text(val),
+    spdlog::info("step {}: validation loss {:.4f}{} (best {:.4f} at step {})", step, val, quality_text(e),
                  best_val_loss_, best_val_step_);
   }
 }
@@ -190,6 +206,7 @@ std::string Trainer::save(int64_t step) {
                 {"train.config_file", config_.source_file}};
     // A character model's vocabulary, so its checkpoints decode without the text (dpt-generate).
     if (data_.vocab) ts.extra[kCharVocabKey] = encode_char_vocab(*data_.vocab);
+    record_settings(computation_settings(config_, env_.world_size), ts.extra);
     if (const optim::LossScaler* scaler = mixed_->loss_scaler()) {
       ts.extra["train.loss_scale"] = fmt::format("{}", scaler->scale());
       ts.extra["train.loss_scale_growth"] = std::to_string(scaler->growth_tracker());
@@ -331,10 +348,10 @@ int Trainer::run() {
   if (progress_) progress_->finish();
 
   // The end: evaluation, the final checkpoint, a text sample for language models.
-  const double val = evaluate();
+  const Evaluation val = evaluate();
   record_eval(total_steps_, val);
-  if (is_main() && std::isfinite(val)) {
-    spdlog::info("validation loss {:.4f}{} after {} steps; best {:.4f} at step {}", val, perplexity_text(val),
+  if (is_main() && std::isfinite(val.loss)) {
+    spdlog::info("validation loss {:.4f}{} after {} steps; best {:.4f} at step {}", val.loss, quality_text(val),
                  total_steps_, best_val_loss_,
                  best_val_step_);
   }

@@ -42,6 +42,9 @@ class Trainer {
   void setup_data();
   void setup_model();
   void resume_or_start();  // picks the checkpoint, loads weights (fp32, before mixed precision)
+  // Throws listing each computation setting the checkpoint was trained with that this config changes,
+  // unless checkpoint.resume_changed is allow (then a warning); apps/train/run_settings.h.
+  void check_settings_unchanged(const optim::Checkpoint& checkpoint, const std::string& path) const;
   void setup_optimizer();  // mixed precision, optimizer (+ its checkpointed state), schedule, DDP
   // Only once nothing can fail any more: leftovers of crashed saves removed, checkpoints newer than the
   // start step set aside, resolved config and metrics written; stop signals wait for a step from here.
@@ -60,7 +63,13 @@ class Trainer {
     int stop_signal = 0;   // some rank was asked to stop
   };
   StepResult train_step(int64_t step);
-  double evaluate();
+  // The mean validation loss over eval.batches (NaN without validation data) and, for classifiers, the
+  // fraction of those examples whose largest logit is their label (-1 otherwise); over all ranks.
+  struct Evaluation {
+    double loss = 0;
+    double accuracy = -1;
+  };
+  Evaluation evaluate();
   std::string save(int64_t step);
   void log_step(int64_t step, const StepResult& r, double step_seconds);
   void print_sample();
@@ -107,8 +116,9 @@ class Trainer {
   // The lowest validation loss so far and the step it was measured at (kept across resumes).
   double best_val_loss_ = std::numeric_limits<double>::infinity();
   int64_t best_val_step_ = -1;
-  void record_eval(int64_t step, double val);
-  std::string perplexity_text(double val_loss) const;  // ", perplexity 4.34" for language models
+  void record_eval(int64_t step, const Evaluation& val);
+  // ", perplexity 4.34" for language models, ", accuracy 0.9750" for classifiers.
+  std::string quality_text(const Evaluation& val) const;
   std::unique_ptr<MetricsLog> metrics_;
   std::unique_ptr<ProgressBar> progress_;
   double train_seconds_ = 0;  // time spent in steps since start (for ETA)

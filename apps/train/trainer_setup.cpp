@@ -11,13 +11,15 @@
 #include "checkpointing.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
-#include "distributed/gathered_linear_zero.h"
+#include "distributed/data_parallel.h"
 #include "distributed/sampler.h"
-#include "distributed/zero_optimizer.h"
+#include "hf_gpt2.h"
 #include "layers/flops.h"
+#include "layers/gpt.h"
 #include "memory_estimate.h"
 #include "optim/adam.h"
 #include "optim/sgd.h"
+#include "run_settings.h"
 #include "stop_signal.h"
 #include "trainer.h"
 
@@ -115,6 +117,11 @@ void Trainer::setup_data() {
 void Trainer::setup_model() {
   check_memory_fits(config_, data_.shape, compute_, device_, env_.local_world_size, env_.world_size);
   model_ = std::make_unique<Model>(config_, data_.shape, gen_);
+  // Pretrained weights replace the initialization (a resumed checkpoint replaces both, later).
+  if (!config_.model.init_from.empty()) {
+    const std::string loaded = init_gpt_from(static_cast<nn::GPT&>(*model_->module()), config_.model.init_from);
+    if (is_main()) spdlog::info("model.init_from: {}", loaded);
+  }
   model_->module()->to(device_);
   gen_.set_state(dropout_seed(config_.training.seed, env_.rank), gen_.offset());
 }
@@ -168,6 +175,7 @@ void Trainer::resume_or_start() {
               start_step_, ck.dir);
   }
   if (!chosen) return;
+  check_settings_unchanged(*chosen, chosen_path);
   if (!chosen->checksummed) {
     spdlog::info("checkpoint {} has no checksums (written before dptrain stored them): its data is loaded unverified",
                  chosen_path);
@@ -176,6 +184,31 @@ void Trainer::resume_or_start() {
   model_->module()->load_state_dict(chosen->model);
   resume_path_ = chosen_path;
   resume_from_ = std::move(chosen);
+}
+
+void Trainer::check_settings_unchanged(const optim::Checkpoint& checkpoint, const std::string& path) const {
+  const auto changes = settings_changes(checkpoint.state.extra, computation_settings(config_, env_.world_size));
+  if (!changes) {
+    spdlog::warn(
+        "checkpoint {} does not record its settings (written before dptrain stored them): resuming without "
+        "checking that model, data and optimizer settings match",
+        path);
+    return;
+  }
+  if (changes->empty()) return;
+  std::string listed;
+  for (const auto& change : *changes) listed += "\n  " + change;
+  if (config_.checkpoint.resume_changed == "allow") {
+    spdlog::warn(
+        "resuming from {} with settings that differ from the ones it was trained with "
+        "(checkpoint.resume_changed allow); old -> new:{}",
+        path, listed);
+    return;
+  }
+  DPT_FAIL(
+      "checkpoint {} was trained with other settings; old -> new:{}\nNothing was changed. Restore those settings, "
+      "start a new run (--set checkpoint.dir=<new dir>), or continue anyway with --set checkpoint.resume_changed=allow",
+      path, listed);
 }
 
 namespace {
@@ -267,29 +300,31 @@ void Trainer::setup_optimizer() {
   sc.gamma = config_.schedule.gamma;
   schedule_ = optim::make_lr_schedule(sc);
   if (group_) {
-    dist::DDPOptions d;
+    dist::DataParallelOptions dp;
+    dist::DDPOptions& d = dp.ddp;
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
     d.first_bucket_mb = config_.distributed.first_bucket_mb;
-    d.grad_exchange = dist::parse_grad_exchange(config_.distributed.grad_exchange);
     d.find_unused_parameters = config_.distributed.find_unused_parameters;
     d.copy_engines = config_.distributed.copy_engines;
     // bf16 communication of float32 gradients; under bf16/fp16 precision the gradients already are 16-bit.
     // Under fp16 an inf/NaN gradient on one rank is inf/NaN in every rank's AllReduced gradient, so all
     // ranks find the overflow, skip the step and back the loss scale off together.
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
-    ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
-  }
-  // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
-  auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
-  if (sharded && config_.distributed.zero) {
-    sharded_ = std::make_unique<dist::ZeroOptimizer>(*ddp_, groups, make_shard, dist::ZeroOptimizer::When::OnStep);
-  } else if (sharded) {
+    dp.sharding = !sharded                       ? dist::Sharding::None
+                  : config_.distributed.zero     ? dist::Sharding::Zero
+                                                 : dist::Sharding::GatheredGrads;
+    // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
+    dp.timing = dist::UpdateTiming::OnStep;
+    auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
+    dist::DataParallel wrapped;
     try {
-      sharded_ =
-          std::make_unique<dist::GatheredLinearZero>(*ddp_, groups, make_shard, dist::GatheredLinearZero::When::OnStep);
+      wrapped = dist::wrap_data_parallel(model_->module(), group_, dp, optimizer_.get(), groups, make_shard);
     } catch (const std::exception& e) {
+      if (dp.sharding != dist::Sharding::GatheredGrads) throw;
       DPT_FAIL("distributed.gathered_grads: {}", e.what());
     }
+    ddp_ = std::move(wrapped.ddp);
+    sharded_ = std::move(wrapped.sharded);
   }
   if (resume_from_) {
     // A checkpoint holds the state of whole parameters (a sharded run gathers it when saving): a plain
@@ -308,10 +343,6 @@ void Trainer::setup_optimizer() {
   }
   graph_choice_ = choose_cuda_graph();
   if (graph_choice_.rfind("replayed", 0) == 0) {
-    DPT_CHECK(!ddp_ || ddp_->graph_capturable(),
-              "training.cuda_graph: DDP's gradient exchange must be nccl to be captured in the graph, found {} "
-              "(distributed.grad_exchange)",
-              ddp_ ? ddp_->exchange_name() : "");
     // What the graph holds: zeroed gradients, the loss, its backward (apps/train/step_graph.h).
     step_graph_ = std::make_unique<StepGraph>(
         [this](const data::Batch& batch) {

@@ -1,5 +1,15 @@
-// bfloat16 fused causal attention on mma.sync.m16n8k16 (FlashAttention-2 algorithm, math in
-// core/ops_flash_attention.h and the comment at the top of core/cuda/flash_attention.cu).
+// bfloat16 fused causal attention on mma.sync.m16n8k16: the FlashAttention-2 algorithm (math in
+// core/ops_flash_attention.h), our CUDA kernels for causal_attention and causal_attention_qkv.
+//
+// Algorithm. Per (head, tile of queries) the forward streams the key/value tiles 0..diagonal through
+// shared memory (tiles entirely above the diagonal are never loaded) and keeps, per query row, the running
+// maximum m (log2 units), the running sum l and the unnormalised output O in registers:
+//   S = scale log2(e) Q K^T (masked),  m' = max(m, rowmax S),  P = 2^(S - m'),
+//   l = l 2^(m - m') + rowsum P,       O = O 2^(m - m') + P V,
+// and at the end writes O / l once, and lse = (m + log2 l) ln 2 (natural units) for the backward. The
+// backward recomputes P = exp(scale Q K^T - lse) tile by tile instead of storing it, in two kernels
+// (below): one owns query rows and forms dQ, the other owns key rows and forms dK and dV, so no output is
+// summed by two blocks and no atomics are needed.
 //
 // Fragments (PTX ISA, mma.m16n8k16 with .bf16 inputs and .f32 accumulators; lane = 4 g + tq):
 //   A 16 x 16 (row major), 4 registers of 2 bf16:  a0 (g, 2tq..+1)  a1 (g+8, 2tq..)  a2 (g, 8+2tq..)  a3 (g+8, 8+2tq..)
@@ -28,12 +38,12 @@
 // the bits of every result, are the same for every layout. Row starts must be 16-byte aligned (the host
 // checks flash_mma_operands_aligned) because the tile loads are 16-byte cp.async vectors.
 //
-// Kernels (W warps, each owning 16 rows of the block's tile; W = 4, or 8 at D = 64 with
-// DPT_FLASH_MMA_WARPS=8, for tuning):
+// Kernels (W = 4 warps per block, each owning 16 rows of the block's 64-row tile):
 //   forward   grid (bh, query tiles of 16 W): Q fragments stay in registers; K and V tiles of 64 keys
 //             stream through two cp.async stages (the next tile loads during this tile's math);
 //             O, m, l live in the accumulator registers. The positive scale is folded into the
-//             exponent: m is tracked on the raw scores, p = 2^(s scale log2(e) - m') in one FFMA + EX2.
+//             exponent: the row maximum is taken on the raw scores and scaled once (max(s) scale =
+//             max(s scale)), and p = 2^(s scale log2(e) - m') is one FFMA + EX2.
 //   dQ        runs first. grid (bh, query tiles of 16 W): loads its rows of Q, dO and O, computes
 //             their statistics (dvec = dO . O, two threads per row, and the logsumexp in log2 units) and
 //             writes them for the dK/dV kernel, so no separate pass reads O and dO again; then key tiles
@@ -46,15 +56,13 @@
 // bias gradient, core/grad_column_sums.h): one partial row per block, in a fixed order, added up by
 // packed_qkv_column_sums_kernel, so the packed gradient is not read again for it.
 // The backward reloads its own rows' fragments (K, V or Q, dO) from shared memory every tile: holding
-// them costs 40 registers, and with them a resident block (measured 10% slower at GPT-2 size).
+// them costs 40 registers, and with them a resident block per multiprocessor.
 // Every output element is written once by one lane, which sums its terms in a fixed order: the results
 // are bitwise reproducible. A warp skips the tiles that lie entirely on the masked side of its rows;
 // tiles crossing the diagonal apply the mask (the few all-masked 16-column blocks there are computed and
 // masked rather than skipped, which keeps the inner loops free of branches). Rows at or beyond t load as
 // zeros and are never stored; their lse is +inf in the backward, so they contribute P = 0.
 #include <cmath>
-#include <cstdlib>
-#include <cstring>
 
 #include "core/cuda/flash_attention_mma.cuh"
 #include "core/error.h"
@@ -66,7 +74,8 @@ namespace {
 
 constexpr int kKeyTile = 64;    // keys per streamed tile (forward, dQ)
 constexpr int kQueryTile = 64;  // queries per streamed tile (dK/dV)
-constexpr int kStatPad = 128;   // the statistics are padded to whole tiles of up to 128 rows
+constexpr int kWarps = 4;       // per block: 16 W = 64 rows per block tile
+constexpr int kStatPad = 64;    // the statistics are padded to whole 64-row tiles (block and streamed)
 constexpr float kLog2e = 1.4426950408889634f;
 constexpr float kLn2 = 0.6931471805599453f;
 
@@ -210,7 +219,8 @@ __device__ __forceinline__ uint64_t dropout_start(const AttentionDropout& d) {
 }
 __device__ __forceinline__ bool dropout_keeps(const AttentionDropout& d, uint64_t start, int64_t head, int t, int query,
                                               int key) {
-  const uint64_t index = (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
+  const uint64_t index =
+      (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
   return philox::dropout_uniform_at(d.rng.seed, start, index) > d.p;
 }
 // The factors of keys `key` and `key + 1` of one query: neighbours in the draw, so mostly one Philox call.
@@ -220,7 +230,8 @@ __device__ __forceinline__ float2 dropout_pair(const AttentionDropout& d, uint64
       start + (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
   const philox::Words w = philox::dropout_words(d.rng.seed, n >> 2);
   const float u0 = philox::word_of(w, n & 3);
-  const float u1 = (n & 3) != 3 ? philox::word_of(w, (n & 3) + 1) : philox::word_of(philox::dropout_words(d.rng.seed, (n >> 2) + 1), 0);
+  const float u1 = (n & 3) != 3 ? philox::word_of(w, (n & 3) + 1)
+                                : philox::word_of(philox::dropout_words(d.rng.seed, (n >> 2) + 1), 0);
   return make_float2(u0 > d.p ? scale : 0.0f, u1 > d.p ? scale : 0.0f);
 }
 
@@ -619,7 +630,7 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const uint32_t dos = qs + 2u * kBr * kLd;  // [kBr][kLd]
   const uint32_t kv = dos + 2u * kBr * kLd;  // stage s: K at kv + 2 s kTileBytes, V after it
   const uint32_t os = kv + 4 * kTileBytes;   // [kBr][kLd], O for the statistics
-  auto generic = [&](uint32_t addr) { return mma_smem + (addr - qs); };  // a shared address as a pointer
+  auto generic = [&](uint32_t addr) { return mma_smem + (addr - qs); };          // a shared address as a pointer
   float* const stat_s = reinterpret_cast<float*>(generic(os + 2u * kBr * kLd));  // lse2 [kBr], dvec [kBr]
   const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31, g = lane >> 2, tq = lane & 3;
   const uint32_t a_off = a_lane<kLd>(lane), bt_off = bt_lane<kLd>(lane);
@@ -632,7 +643,7 @@ __global__ void __launch_bounds__(32 * W, D <= 64 && W == 4 ? 3 : 1)
   const bf16_t* vh = v + lay.v.head_start(blockIdx.x);
   const int n_tiles = (min(q0 + kBr, t) - 1) / kBc + 1;
   const int r0 = wq0 + g, r1 = r0 + 8;
-  // t_pad is a multiple of 128 >= kBr: every row of the block has a slot in lse2 and dvec.
+  // t_pad is a multiple of 64 = kBr: every row of the block has a slot in lse2 and dvec.
   const int64_t sbase = static_cast<int64_t>(blockIdx.x) * t_pad;
   load_tile_async<D, kBr, kThreads>(q + qbase, qrs, q0, t, qs);
   load_tile_async<D, kBr, kThreads>(grad_out + lay.out.head_start(blockIdx.x), ors, q0, t, dos);
@@ -825,40 +836,24 @@ dim3 mma_grid(int64_t bh, int64_t t, int rows, const char* what) {
   return dim3(static_cast<unsigned>(bh), static_cast<unsigned>(tiles));
 }
 
-// Warps per block: 4 (64-row tiles); DPT_FLASH_MMA_WARPS=8 selects 128-row tiles at D = 64, for tuning.
-int mma_warps(int64_t d) {
-  const char* w = std::getenv("DPT_FLASH_MMA_WARPS");
-  return d == 64 && w != nullptr && std::strcmp(w, "8") == 0 ? 8 : 4;
-}
-
-// Calls f(std::integral_constant<int, D>, std::integral_constant<int, W>).
+// Calls f(std::integral_constant<int, D>, std::integral_constant<int, kWarps>).
 template <class F>
 void visit_mma(int64_t d, const char* what, F&& f) {
   using std::integral_constant;
+  using Warps = integral_constant<int, kWarps>;
   switch (d) {
     case 32:
-      return f(integral_constant<int, 32>{}, integral_constant<int, 4>{});
+      return f(integral_constant<int, 32>{}, Warps{});
     case 64:
-      if (mma_warps(d) == 8) return f(integral_constant<int, 64>{}, integral_constant<int, 8>{});
-      return f(integral_constant<int, 64>{}, integral_constant<int, 4>{});
+      return f(integral_constant<int, 64>{}, Warps{});
     case 128:
-      return f(integral_constant<int, 128>{}, integral_constant<int, 4>{});
+      return f(integral_constant<int, 128>{}, Warps{});
     default:
       DPT_FAIL("{} (CUDA): expected head size 32, 64 or 128, found {}", what, d);
   }
 }
 
 }  // namespace
-
-FlashImpl flash_impl_from_env() {
-  const char* simt = std::getenv("DPT_FLASH_SIMT");
-  if (simt != nullptr && std::strcmp(simt, "1") == 0) return FlashImpl::kSimt;
-  const char* impl = std::getenv("DPT_FLASH_IMPL");
-  if (impl == nullptr || *impl == '\0' || std::strcmp(impl, "mma") == 0) return FlashImpl::kMma;
-  if (std::strcmp(impl, "wmma") == 0) return FlashImpl::kWmma;
-  if (std::strcmp(impl, "simt") == 0) return FlashImpl::kSimt;
-  DPT_FAIL("DPT_FLASH_IMPL: expected mma, wmma or simt, found '{}'", impl);
-}
 
 bool flash_mma_supports(int64_t d, double scale) { return (d == 32 || d == 64 || d == 128) && scale > 0; }
 

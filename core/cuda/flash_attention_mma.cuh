@@ -15,21 +15,14 @@
 
 namespace dpt::cuda_kernels {
 
-// The bfloat16 kernels a call runs: the mma.sync kernels (default), the older WMMA kernels, or the
-// float32 SIMT kernels. DPT_FLASH_IMPL=mma|wmma|simt chooses (read per call, so a test or a benchmark
-// can compare them in one process); DPT_FLASH_SIMT=1 is the older spelling of simt.
-enum class FlashImpl { kMma, kWmma, kSimt };
-FlashImpl flash_impl_from_env();
-
 // True for the head sizes the mma kernels are built for, with a positive scale (folded into the
-// exponent; a scale <= 0, which no attention layer uses, takes the WMMA kernels).
+// exponent; a scale <= 0, which no attention layer uses, takes the composed path).
 bool flash_mma_supports(int64_t d, double scale);
 
 // True when every (buffer, layout) pair puts each row start on a 16-byte boundary: the buffer is 16-byte
 // aligned and the layout's offset and strides are multiples of 8 bf16 elements. The tile loads are 16-byte
 // cp.async vectors, so the kernels below require this of every operand.
 bool flash_mma_operands_aligned(std::initializer_list<std::pair<const void*, AttentionLayout>> operands);
-
 
 void flash_forward_mma(const bf16_t* q, const bf16_t* k, const bf16_t* v, bf16_t* out, float* lse,
                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, float scale_log2,

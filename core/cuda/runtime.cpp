@@ -26,6 +26,7 @@
 #include "core/cuda/memory.h"
 #include "core/cuda/stream.h"
 #include "core/cuda_runtime.h"
+#include "core/flags.h"
 
 namespace dpt::cuda {
 
@@ -47,10 +48,7 @@ constexpr size_t kCacheCapacity = size_t{1} << 30;
 constexpr size_t kCacheMaxBlock = size_t{64} << 20;
 
 bool caching_enabled() {
-  static const bool enabled = [] {
-    const char* v = std::getenv("DPT_NO_CUDA_MEMORY_CACHING");
-    return v == nullptr || std::strcmp(v, "1") != 0;
-  }();
+  static const bool enabled = !flag_on(Flag::NoCudaMemoryCaching);
   return enabled;
 }
 

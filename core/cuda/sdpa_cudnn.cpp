@@ -2,8 +2,6 @@
 
 #include <spdlog/spdlog.h>
 
-#include <cstdlib>
-#include <cstring>
 #include <limits>
 #include <map>
 #include <memory>
@@ -33,7 +31,7 @@ struct AttentionPlan {
   int64_t workspace_bytes = 0;
   int64_t q = 0, k = 0, v = 0, out = 0, lse = 0, scale = 0, neg_inf = 0;  // both directions
   int64_t grad_out = 0, grad_q = 0, grad_k = 0, grad_v = 0, one = 0;      // backward
-  int64_t dot = 0, grad_q_accum = 0;                                      // backward, float32 scratch
+  int64_t dot = 0;                                                        // backward, float32 scratch
 
   // Asks cuDNN for a plan of the finished graph (none: no engine) and the workspace it needs.
   void build(cudnnHandle_t handle) {
@@ -119,11 +117,10 @@ std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const Attenti
 }
 
 // Backward (core/ops_flash_attention.h has the math): D = rowsum(dO * O) into float32 scratch,
-// P = exp(scale S - lse) masked, dV = P^T dO, dS = P (dO V^T - D) scale, dK = dS^T Q, dQ = dS K.
-// With `accumulate_dq` the engine adds dQ's tile products into float32 scratch (atomically, in no fixed
-// order) and converts at the end; without, it forms dQ in its own deterministic way.
-std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh,
-                                              bool accumulate_dq) {
+// P = exp(scale S - lse) masked, dV = P^T dO, dS = P (dO V^T - D) scale, dK = dS^T Q, dQ = dS K. dQ is
+// written straight from dS K, which the engine forms deterministically: no float32 accumulator that
+// tiles add to in no fixed order, so a step repeats bit for bit.
+std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh) {
   auto p = std::make_unique<AttentionPlan>();
   GraphBuilder& g = p->graph;
   auto q = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.q), &p->q);
@@ -173,13 +170,7 @@ std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const Attent
 
   auto k = g.virtual_tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.k));
   g.reshape(kt, k);
-  if (accumulate_dq) {
-    auto accum = g.tensor(CUDNN_DATA_FLOAT, sh.operand(), sh.dense_strides(), &p->grad_q_accum);
-    g.matmul(ds, k, accum);
-    g.pointwise(CUDNN_POINTWISE_IDENTITY, CUDNN_DATA_FLOAT, accum, grad_q);
-  } else {
-    g.matmul(ds, k, grad_q);
-  }
+  g.matmul(ds, k, grad_q);
 
   p->build(handle);
   return p;
@@ -243,17 +234,6 @@ bool usable(const AttentionLayouts& layouts, int64_t bh, const Tensor& lse) {
   return same_heads(layouts) && bh % layouts.q.heads == 0 && lse.is_contiguous();
 }
 
-// Which backward graph: DPT_CUDNN_ATTENTION_BACKWARD=off (our kernels), deterministic (default) or
-// accumulate (float32 dQ scratch added to atomically: faster where cuDNN has it, not bitwise repeatable).
-enum class BackwardMode { kOff, kDeterministic, kAccumulate };
-BackwardMode backward_mode() {
-  const char* v = std::getenv("DPT_CUDNN_ATTENTION_BACKWARD");
-  if (v == nullptr || std::strcmp(v, "deterministic") == 0) return BackwardMode::kDeterministic;
-  if (std::strcmp(v, "accumulate") == 0) return BackwardMode::kAccumulate;
-  if (std::strcmp(v, "off") == 0) return BackwardMode::kOff;
-  DPT_FAIL("DPT_CUDNN_ATTENTION_BACKWARD: expected off, deterministic or accumulate, found '{}'", v);
-}
-
 }  // namespace
 
 bool sdpa_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
@@ -277,13 +257,11 @@ bool sdpa_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const
 bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& grad_out,
                          const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                          const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale) {
-  const BackwardMode mode = backward_mode();
-  if (mode == BackwardMode::kOff || !usable(layouts, bh, lse)) return false;
-  const bool accumulate = mode == BackwardMode::kAccumulate;
+  if (!usable(layouts, bh, lse)) return false;
   const int device = out.device().index;
-  AttentionPlan* p = find_plan(
-      device, accumulate ? 2 : 1, layouts, bh, t, d, "backward",
-      [&](cudnnHandle_t handle, const Shapes& sh) { return build_backward(handle, layouts, sh, accumulate); });
+  AttentionPlan* p = find_plan(device, 1, layouts, bh, t, d, "backward", [&](cudnnHandle_t handle, const Shapes& sh) {
+    return build_backward(handle, layouts, sh);
+  });
   if (!p) return false;
   // Scratch from the stream-ordered pool, free again once the call is enqueued. The deterministic graph's
   // workspace holds dP for every head (b heads t t bfloat16: 384 MiB for GPT-2), transient: under a
@@ -292,27 +270,21 @@ bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, cons
   Tensor dot = scratch(out, bh * t * 4);
   float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity(),
         one_value = 1.0f;
-  std::vector<int64_t> uids{p->q,      p->k,      p->v,   p->out,   p->grad_out, p->lse, p->grad_q,
-                            p->grad_k, p->grad_v, p->dot, p->scale, p->neg_inf,  p->one};
-  std::vector<void*> pointers{operand_at(q, layouts.q),
-                              operand_at(k, layouts.k),
-                              operand_at(v, layouts.v),
-                              operand_at(out, layouts.out),
-                              operand_at(grad_out, layouts.out),
-                              lse.data_ptr(),
-                              operand_at(grad_q, layouts.q),
-                              operand_at(grad_k, layouts.k),
-                              operand_at(grad_v, layouts.v),
-                              dot.data_ptr(),
-                              &scale_value,
-                              &neg_inf_value,
-                              &one_value};
-  Tensor accum;
-  if (accumulate) {
-    accum = scratch(out, bh * t * d * 4);
-    uids.push_back(p->grad_q_accum);
-    pointers.push_back(accum.data_ptr());
-  }
+  const std::vector<int64_t> uids{p->q,      p->k,      p->v,   p->out,   p->grad_out, p->lse, p->grad_q,
+                                  p->grad_k, p->grad_v, p->dot, p->scale, p->neg_inf,  p->one};
+  const std::vector<void*> pointers{operand_at(q, layouts.q),
+                                    operand_at(k, layouts.k),
+                                    operand_at(v, layouts.v),
+                                    operand_at(out, layouts.out),
+                                    operand_at(grad_out, layouts.out),
+                                    lse.data_ptr(),
+                                    operand_at(grad_q, layouts.q),
+                                    operand_at(grad_k, layouts.k),
+                                    operand_at(grad_v, layouts.v),
+                                    dot.data_ptr(),
+                                    &scale_value,
+                                    &neg_inf_value,
+                                    &one_value};
   cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan, uids, pointers,
                              workspace.defined() ? workspace.data_ptr() : nullptr);
   return true;

@@ -4,8 +4,9 @@
 //   S = scale Q K^T, masked above the diagonal (row >= column kept), softmax over keys, O = P V,
 // with the softmax statistics lse = max + log(sum of exponentials) per query row: the same out and lse
 // (natural log, float32 [bh, t]) that our mma.sync forward writes. Backward: dQ, dK, dV from those, as
-// ours computes them (core/ops_flash_attention.h has the math). On Hopper these engines run warpgroup
-// MMA and beat our mma.sync kernels, which stay as the fallback and as what the tests compare with.
+// ours computes them (core/ops_flash_attention.h has the math), deterministically. These engines are the
+// default for bfloat16 training forwards (core/ops_flash_attention.h says when they run); our mma.sync
+// kernels take every shape they decline.
 #include <cstdint>
 
 #include "core/attention_layout.h"
@@ -21,10 +22,8 @@ bool sdpa_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const
                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale);
 
 // The backward from the forward's out and lse: writes grad_q, grad_k and grad_v at their operands'
-// layouts (the parts of one packed gradient, say) from grad_out at out's layout. Returns false, having
-// done nothing, when cuDNN has no engine for it or DPT_CUDNN_ATTENTION_BACKWARD=off.
-// DPT_CUDNN_ATTENTION_BACKWARD=accumulate takes cuDNN's float32 dQ accumulation (atomic adds: faster, but
-// not bitwise repeatable); the default graph forms dQ deterministically.
+// layouts (the parts of one packed gradient, say) from grad_out at out's layout, bitwise the same on every
+// run. Returns false, having done nothing, when cuDNN has no engine for it.
 bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& grad_out,
                          const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
                          const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale);

@@ -36,10 +36,12 @@ TEST(CommandLine, HelpExitsZeroAndShowsTheProgramsExamplesAndOptions) {
       {"dpt-bench train", "dpt-bench train --workload gpt2_124m --precision bf16", "--save-start"},
       {"dpt-bench collectives", "dpt-bench collectives --backend nccl", "--step-factor"},
       {"dpt-bench kernels", "dpt-bench kernels --only layer_norm", "--peak-gbs"},
-      {"dpt-bench attention", "dpt-bench attention --impl mma", "--impl"},
+      {"dpt-bench attention", "dpt-bench attention --path flash", "--path"},
       {"dpt-example-mlp", "dpt-example-mlp --steps 200", "--lr"},
       {"dpt-tokenize", "dpt-tokenize --input tinyshakespeare.txt", "--val-fraction"},
       {"dpt-generate", "dpt-generate runs/char_gpt --prompt", "--top-k"},
+      {"dpt-export-hf", "dpt-export-hf runs/gpt2 hf/gpt2", "--vocab-size"},
+      {"dpt-example-ddp", "dpt-example-ddp --device cpu", "--steps"},
   };
   for (const auto& c : cases) {
     const RunResult r = run_program(c.command + " --help");
@@ -87,7 +89,8 @@ TEST(CommandLine, AFloatOptionRefusesWhatIsNotANumber) {
 TEST(CommandLine, AnUnknownOptionIsRefused) {
   for (const std::string program :
        {"dpt-train -c configs/mlp_synthetic.yaml", "dpt-bench train", "dpt-bench scaling", "dpt-bench collectives",
-        "dpt-bench kernels", "dpt-bench attention", "dpt-example-mlp", "dpt-tokenize -i a -o b", "dpt-generate run"}) {
+        "dpt-bench kernels", "dpt-bench attention", "dpt-example-mlp", "dpt-tokenize -i a -o b", "dpt-generate run",
+        "dpt-export-hf run out"}) {
     expect_usage_error(program + " --no-such-option 1", "--no-such-option", "");
   }
   expect_usage_error("dpt-run --no-such-option 1 -- true", "--no-such-option", "");

@@ -249,16 +249,14 @@ TEST(ConfigErrors, CudaGraphRefusesWhatAReplayCannotRedo) {
   expect_refusals("training.cuda_graph=true",
                   {{{"training.device=cpu"}, "needs a GPU, but training.device is cpu"},
                    {{"training.grad_accum=2"}, "needs training.grad_accum 1, got 2"},
-                   {{"training.precision=fp16"}, "cannot hold fp16's loss scale"},
-                   {{"distributed.grad_exchange=copy_engine"}, "cannot capture DDP's copy-engine exchange"}});
+                   {{"training.precision=fp16"}, "cannot hold fp16's loss scale"}});
 }
 
 // ZeRO-1 reduce-scatters through NCCL or Gloo in the gradients' dtype and shards no loss scale.
 TEST(ConfigErrors, ZeroRefusesWhatItCannotShard) {
   expect_refusals("distributed.zero=true",
                   {{{"training.precision=fp16"}, "needs bf16 or fp32"},
-                   {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"},
-                   {{"distributed.grad_exchange=copy_engine"}, "needs distributed.grad_exchange nccl or auto"}});
+                   {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"}});
 }
 
 // Gathered-input gradients shard Linear layers, one micro-batch at a time, in the compute dtype.

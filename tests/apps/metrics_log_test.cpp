@@ -254,14 +254,32 @@ TEST(MetricsCsv, WritesOneRowPerRecordUnderTheHeader) {
   }
   EXPECT_EQ(read_text(dir.file("metrics.csv")),
             std::string(kMetricsCsvHeader) + "\n" +
-                "train,1,2.5,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,false,,,,,\n"
-                "train,2,nan,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,true,1024,,,,\n"
+                "train,1,2.5,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,false,,,,,,\n"
+                "train,2,nan,0.001,0.75,12.500,4096.0,2048.0,tokens/s,,1.500,true,1024,,,,,\n"
                 "eval,2,,,,,,,,,,,," +
-                fmt::format("0.5,0.5,2,{}\n", std::exp(0.5)));
+                fmt::format("0.5,0.5,2,{},\n", std::exp(0.5)));
   // The JSONL file has the same records, and the perplexity.
   const auto records = read_metrics(dir.file("metrics.jsonl"));
   ASSERT_EQ(records.size(), 3u);
   EXPECT_EQ(field(records[2].line, "val_perplexity"), fmt::format("{}", std::exp(0.5)));
+}
+
+// A classifier's validation accuracy reaches every sink: JSONL val_accuracy, the CSV's last column and
+// TensorBoard's val/accuracy.
+TEST(MetricsLog, AClassifiersAccuracyReachesEverySink) {
+  ScratchDir dir("metrics_accuracy");
+  { MetricsLog(logging_in(dir, true, true), 0, false).eval(7, 0.5, 0.5, 7, 0.875); }
+  const auto records = read_metrics(dir.file("metrics.jsonl"));
+  ASSERT_EQ(records.size(), 1u);
+  EXPECT_EQ(field(records[0].line, "val_accuracy"), "0.875");
+  EXPECT_TRUE(field(records[0].line, "val_perplexity").empty());
+  EXPECT_EQ(read_text(dir.file("metrics.csv")),
+            std::string(kMetricsCsvHeader) + "\neval,7,,,,,,,,,,,,0.5,0.5,7,,0.875\n");
+  const auto files = event_files(dir.path().string());
+  ASSERT_EQ(files.size(), 1u);
+  const std::vector<Event> events = read_events(files[0]);
+  ASSERT_FALSE(events.empty());
+  EXPECT_EQ(events.back().values, (std::map<std::string, float>{{"val/loss", 0.5f}, {"val/accuracy", 0.875f}}));
 }
 
 TEST(MetricsCsv, AResumeKeepsTheRowsUpToTheCheckpointStepAndOneHeader) {

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "config.h"
+#include "core/flags.h"
 #include "train_test_util.h"
 
 namespace dpt::train {
@@ -170,6 +171,14 @@ TEST(ConfigReferenceDocument, MatchesTheReferenceTheCodeGenerates) {
   EXPECT_EQ(doc.substr(table), config_reference())
       << "docs/config-reference.md is out of date: run scripts/gen-config-reference.sh";
   for (const auto& key : config_keys()) EXPECT_NE(doc.find("`" + key + "`"), std::string::npos) << key;
+}
+
+TEST(EnvironmentDocument, MatchesTheFlagTableTheCodeGenerates) {
+  const std::string doc = read_text(kSource + "/docs/environment.md");
+  const auto table = doc.find("| variable |");
+  ASSERT_NE(table, std::string::npos) << "docs/environment.md has no table";
+  EXPECT_EQ(doc.substr(table), dpt::environment_reference())
+      << "docs/environment.md is out of date: run scripts/gen-config-reference.sh";
 }
 
 TEST(ReadmeCommands, TheReadmeOpensWithTheTwoCommandsAndNamesOnlyFilesThatExist) {

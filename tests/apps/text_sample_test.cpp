@@ -82,5 +82,31 @@ TEST(Generate, FeedsEachPickBackAndReturnsOnlyTheNewTokens) {
   EXPECT_THROW(generate(model, {1}, 1, o, 0), std::exception);
 }
 
+// The KV-cached sampler picks what the windowed one picks, token for token, with the same seed: inside
+// the block (the cache) and past it (where every position shifts and the window is run again).
+TEST(CachedGpt, SamplesTheWindowedModelsTokensInsideAndPastTheBlock) {
+  nn::GPTConfig c;
+  c.vocab_size = 29;
+  c.block_size = 12;
+  c.n_layer = 2;
+  c.n_head = 2;
+  c.n_embd = 16;
+  Generator gen(3);
+  nn::GPT model(c, gen);
+  SamplingOptions o;
+  o.temperature = 1.0;
+  std::vector<int32_t> windowed_ids, cached_ids;
+  {
+    WindowedGpt windowed(model);
+    windowed_ids = generate(windowed, {4, 7, 1}, 25, o, 9);
+  }
+  {
+    CachedGpt cached(model);
+    cached_ids = generate(cached, {4, 7, 1}, 25, o, 9);
+  }
+  EXPECT_EQ(cached_ids, windowed_ids);
+  EXPECT_TRUE(model.is_training()) << "the sampler restores the model's mode";
+}
+
 }  // namespace
 }  // namespace dpt::train

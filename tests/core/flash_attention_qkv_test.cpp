@@ -12,12 +12,11 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
+#include "core/flags.h"
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
 #include "gradcheck.h"
-#include "linear_switches.h"
 #include "max_relative.h"
-#include "scoped_env.h"
 
 using namespace dpt;
 
@@ -122,39 +121,34 @@ TEST(CausalAttentionQkv, RejectsQkvThatIsNotThreeDimensional) {
 
 // The tentpole: bfloat16 on the mma kernels, reading q, k, v in place from [B, T, 3C] and writing out
 // [B, T, C] and the [B, T, 3C] gradient directly, gives the bits of the old path (contiguous copies of
-// every head view, the same kernels, copies back), for every head size and, at D = 64, with 4 and with 8
-// warps per block; T = 200 is no multiple of the 64-row tiles. And both are close to float64 on the CPU.
+// every head view, the same kernels, copies back), for every head size; T = 200 is no multiple of the
+// 64-row tiles. And both are close to float64 on the CPU.
 TEST(CudaFlashAttentionQkv, PackedMmaPathIsBitwiseTheContiguousPathInBfloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  ScopedEnv impl("DPT_FLASH_IMPL", "mma");
-  CudnnAttentionSwitch mma_forward(false);  // the packed path's forward through our kernels, as the old path's
+  ScopedFlag mma_forward(Flag::Attention, "flash");  // the packed path's forward on our kernels, as the old path's
   const int64_t b = 2, t = 200, h = 3;
   for (int64_t d : {64, 32, 128}) {
-    for (const char* warps : {"4", "8"}) {
-      if (d != 64 && std::string(warps) == "8") continue;  // 8 warps exist at D = 64 only
-      ScopedEnv env("DPT_FLASH_MMA_WARPS", warps);
-      Generator gen(50 + d);
-      TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
-      const int64_t c = h * d;
-      Tensor qkv = randn({b, t, 3 * c}, gen, opts), g = randn({b, t, c}, gen, opts);
-      const double scale = 1.0 / std::sqrt(static_cast<double>(d));
-      const Device gpu = Device::cuda(0);
-      const std::string what = shape_name(b, t, h, d) + " warps " + warps;
-      Outcome packed = run([&](const Tensor& x) { return causal_attention_qkv(x, h, scale); }, qkv, g, gpu);
-      Outcome composed = run([&](const Tensor& x) { return composed_qkv(x, h, scale); }, qkv, g, gpu);
-      expect_identical(packed, composed, what);
-      auto f64 = [](const Tensor& x) { return x.to(DType::Float64); };
-      Outcome ref =
-          run([&](const Tensor& x) { return causal_attention_qkv(x, h, scale); }, f64(qkv), f64(g), Device::cpu());
-      EXPECT_LT(max_relative(packed.out, ref.out, 1.0), 2e-2) << "output vs float64 " << what;
-      EXPECT_LT(max_relative(packed.grad, ref.grad, 1.0), 2e-2) << "qkv gradient vs float64 " << what;
-    }
+    Generator gen(50 + d);
+    TensorOptions opts = TensorOptions{}.with_dtype(DType::BFloat16);
+    const int64_t c = h * d;
+    Tensor qkv = randn({b, t, 3 * c}, gen, opts), g = randn({b, t, c}, gen, opts);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(d));
+    const Device gpu = Device::cuda(0);
+    const std::string what = shape_name(b, t, h, d);
+    Outcome packed = run([&](const Tensor& x) { return causal_attention_qkv(x, h, scale); }, qkv, g, gpu);
+    Outcome composed = run([&](const Tensor& x) { return composed_qkv(x, h, scale); }, qkv, g, gpu);
+    expect_identical(packed, composed, what);
+    auto f64 = [](const Tensor& x) { return x.to(DType::Float64); };
+    Outcome ref =
+        run([&](const Tensor& x) { return causal_attention_qkv(x, h, scale); }, f64(qkv), f64(g), Device::cpu());
+    EXPECT_LT(max_relative(packed.out, ref.out, 1.0), 2e-2) << "output vs float64 " << what;
+    EXPECT_LT(max_relative(packed.grad, ref.grad, 1.0), 2e-2) << "qkv gradient vs float64 " << what;
   }
 }
 
 // Cases the strided kernels do not take run the composition itself, so they equal it bit for bit:
-// another bfloat16 implementation (DPT_FLASH_IMPL=wmma, simt), float32, a head size without mma kernels
-// (D = 48), and a packed tensor whose rows are not 16-byte aligned (a view one element into its buffer).
+// DPT_ATTENTION=reference, float32, float16, a head size without mma kernels (D = 48), and a packed
+// tensor whose rows are not 16-byte aligned (a view one element into its buffer).
 TEST(CudaFlashAttentionQkv, UnsupportedCasesRunTheCompositionOnCuda) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const Device gpu = Device::cuda(0);
@@ -175,12 +169,12 @@ TEST(CudaFlashAttentionQkv, UnsupportedCasesRunTheCompositionOnCuda) {
     Outcome composed = run([&](const Tensor& x) { return composed_qkv(x, h, 0.125); }, qkv, g, gpu);
     expect_identical(packed, composed, what);
   };
-  for (const char* impl : {"wmma", "simt"}) {
-    ScopedEnv env("DPT_FLASH_IMPL", impl);
-    check(DType::BFloat16, 64, false, std::string("bfloat16 ") + impl);
+  {
+    ScopedFlag reference(Flag::Attention, "reference");
+    check(DType::BFloat16, 64, false, "bfloat16 DPT_ATTENTION=reference");
   }
-  ScopedEnv env("DPT_FLASH_IMPL", "mma");
   check(DType::Float32, 64, false, "float32");
+  check(DType::Float16, 64, false, "float16");
   check(DType::BFloat16, 48, false, "bfloat16 D=48");
   check(DType::BFloat16, 64, true, "bfloat16 misaligned");
 }

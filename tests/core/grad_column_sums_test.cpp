@@ -17,6 +17,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/factory.h"
+#include "core/flags.h"
 #include "core/flash_attention_kernels.h"
 #include "core/kernel_dispatch.h"
 #include "core/ops.h"
@@ -106,7 +107,7 @@ struct LinearGrads {
 template <class Net>
 LinearGrads grads_of(Net&& net, const Tensor& x0, const Tensor& w0, const Tensor& b0, bool handoff) {
   ColumnSumsSwitch s(handoff);
-  CudnnAttentionSwitch ours(false);  // the handoff's claimant is our attention backward; cuDNN's sums nothing
+  ScopedFlag ours(Flag::Attention, "flash");  // the handoff's claimant is our attention backward; cuDNN's sums nothing
   Tensor x = x0.detach().clone().requires_grad_(), w = w0.detach().clone().requires_grad_();
   Tensor b = b0.detach().clone().requires_grad_();
   net(x, w, b).backward();

@@ -1,7 +1,7 @@
 // cuDNN's fused attention for causal_attention_qkv (core/cuda/sdpa_cudnn.h): its forward must write the
 // output and the logsumexp our own kernels write, and its backward the gradients of the reference, checked
 // against the CPU reference in float64 on the packed layout GPT-2 uses; and the op must train the same
-// with cuDNN on and off.
+// with cuDNN (DPT_ATTENTION=auto) and without (flash: our kernels; reference: the composed path).
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -10,12 +10,11 @@
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
+#include "core/flags.h"
 #include "core/flash_attention_kernels.h"
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
-#include "linear_switches.h"
 #include "max_relative.h"
-#include "scoped_env.h"
 
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/sdpa_cudnn.h"
@@ -60,10 +59,9 @@ TEST(CudnnAttention, ForwardWritesTheOutputAndLogsumexpOfTheReference) {
   }
 }
 
-// The cuDNN backward called directly, in both of its graphs, against the CPU reference backward in
-// float64 on the same values. Each graph runs twice with different output gradients: a float32 dQ
-// accumulator that was not cleared between calls (its memory comes from the pool, holding the last
-// call's sums) would show in the second. The deterministic graph must repeat itself bit for bit.
+// The cuDNN backward called directly against the CPU reference backward in float64 on the same values,
+// twice with different output gradients (scratch that kept the last call's values would show in the
+// second), and each call repeated: the backward must give the same bits every time.
 TEST(CudnnAttention, BackwardWritesTheGradientsOfTheReference) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t b = 2, t = 200, h = 3, d = 64, c = h * d, bh = b * h;
@@ -93,23 +91,19 @@ TEST(CudnnAttention, BackwardWritesTheGradientsOfTheReference) {
                                                   t, d, scale));
     return grad.to(Device::cpu());
   };
-  for (std::string mode : {"deterministic", "accumulate"}) {
-    ScopedEnv env("DPT_CUDNN_ATTENTION_BACKWARD", mode.c_str());
-    for (int call = 0; call < 2; ++call) {
-      Tensor gout = randn({b, t, c}, gen, bf16);
-      Tensor got = cudnn(gout);
-      EXPECT_LT(max_relative(got, reference(gout), 1.0), 2e-2) << mode << " call " << call;
-      if (mode != "accumulate") {
-        EXPECT_TRUE(cudnn(gout).to_vector<double>() == got.to_vector<double>()) << "repeat, call " << call;
-      }
-    }
+  for (int call = 0; call < 2; ++call) {
+    Tensor gout = randn({b, t, c}, gen, bf16);
+    Tensor got = cudnn(gout);
+    EXPECT_LT(max_relative(got, reference(gout), 1.0), 2e-2) << "call " << call;
+    EXPECT_TRUE(cudnn(gout).to_vector<double>() == got.to_vector<double>()) << "repeat, call " << call;
   }
 }
 #endif
 
-// The op with cuDNN's forward and with ours: outputs within bfloat16 rounding of each other, gradients
-// (our backward on each forward's output and statistics) too, and both near float64 on the CPU.
-TEST(CudnnAttention, CausalAttentionQkvTrainsTheSameWithCudnnOnAndOff) {
+// The op on each path DPT_ATTENTION selects (auto: cuDNN's forward and backward; flash: our kernels;
+// reference: the composed path): outputs and gradients within bfloat16 rounding of each other and of
+// float64 on the CPU.
+TEST(CudnnAttention, CausalAttentionQkvTrainsTheSameOnEveryPath) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t b = 2, t = 256, h = 4, d = 64, c = h * d;
   const double scale = 0.125;
@@ -125,24 +119,25 @@ TEST(CudnnAttention, CausalAttentionQkvTrainsTheSameWithCudnnOnAndOff) {
     out.backward(gout.to(device));
     return Outcome{out.to(Device::cpu()), leaf.grad().to(Device::cpu())};
   };
-  Outcome with_cudnn, without;
-  {
-    CudnnAttentionSwitch on(true);
-    with_cudnn = run(qkv, g, Device::cuda(0));
-  }
-  {
-    CudnnAttentionSwitch off(false);
-    without = run(qkv, g, Device::cuda(0));
-  }
-  Outcome ref = run(qkv.to(DType::Float64), g.to(DType::Float64), Device::cpu());
-  EXPECT_LT(max_relative(with_cudnn.out, without.out, 1.0), 1e-2);
-  EXPECT_LT(max_relative(with_cudnn.grad, without.grad, 1.0), 2e-2);
+  auto on_path = [&](const char* path) {
+    ScopedFlag flag(Flag::Attention, path);
+    return run(qkv, g, Device::cuda(0));
+  };
+  const Outcome with_cudnn = on_path("auto"), ours = on_path("flash"), composed = on_path("reference");
+  const Outcome ref = run(qkv.to(DType::Float64), g.to(DType::Float64), Device::cpu());
+  EXPECT_LT(max_relative(with_cudnn.out, ours.out, 1.0), 1e-2);
+  EXPECT_LT(max_relative(with_cudnn.grad, ours.grad, 1.0), 2e-2);
   EXPECT_LT(max_relative(with_cudnn.out, ref.out, 1.0), 1e-2);
   EXPECT_LT(max_relative(with_cudnn.grad, ref.grad, 1.0), 2e-2);
+  EXPECT_LT(max_relative(ours.out, ref.out, 1.0), 1e-2);
+  EXPECT_LT(max_relative(ours.grad, ref.grad, 1.0), 2e-2);
+  EXPECT_LT(max_relative(composed.out, ref.out, 1.0), 2e-2);
+  EXPECT_LT(max_relative(composed.grad, ref.grad, 1.0), 5e-2);  // bfloat16 scores and dS in memory
 }
 
 // Without autograd (evaluation, sampling a token at a time: a new length each call) the op runs our
-// kernels, so it needs no cuDNN plan per length: bitwise the result with cuDNN switched off.
+// kernels, so it needs no cuDNN plan per length: bitwise the result with cuDNN switched off
+// (DPT_ATTENTION=flash).
 TEST(CudnnAttention, ForwardWithoutAutogradRunsOurKernels) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t b = 1, h = 2, d = 64, c = h * d;
@@ -150,28 +145,12 @@ TEST(CudnnAttention, ForwardWithoutAutogradRunsOurKernels) {
   NoGradGuard no_grad;
   for (int64_t t : {5, 6, 7}) {
     Tensor qkv = randn({b, t, 3 * c}, gen, TensorOptions{}.with_dtype(DType::BFloat16)).to(Device::cuda(0));
-    Tensor with_switch_on, with_switch_off;
-    {
-      CudnnAttentionSwitch on(true);
-      with_switch_on = causal_attention_qkv(qkv, h, 0.125).to(Device::cpu());
-    }
-    {
-      CudnnAttentionSwitch off(false);
-      with_switch_off = causal_attention_qkv(qkv, h, 0.125).to(Device::cpu());
-    }
-    EXPECT_TRUE(with_switch_on.to_vector<double>() == with_switch_off.to_vector<double>()) << "T = " << t;
+    auto on_path = [&](const char* path) {
+      ScopedFlag flag(Flag::Attention, path);
+      return causal_attention_qkv(qkv, h, 0.125).to(Device::cpu()).to_vector<double>();
+    };
+    EXPECT_TRUE(on_path("auto") == on_path("flash")) << "T = " << t;
   }
-}
-
-TEST(CudnnAttention, SwitchFollowsTheSetterAndRestores) {
-  const bool before = cudnn_attention_enabled();
-  {
-    CudnnAttentionSwitch off(false);
-    EXPECT_FALSE(cudnn_attention_enabled());
-    CudnnAttentionSwitch on(true);
-    EXPECT_TRUE(cudnn_attention_enabled());
-  }
-  EXPECT_EQ(cudnn_attention_enabled(), before);
 }
 
 }  // namespace

@@ -10,7 +10,7 @@
 #include <string>
 #include <vector>
 
-#include "core/scoped_env.h"
+#include "core/flags.h"
 #include "data/char_text.h"
 #include "data/gpt2_pretokenize.h"
 #include "temp_dir.h"
@@ -185,12 +185,12 @@ TEST(Gpt2Tokenizer, RefusesIdsOutsideTheVocabulary) {
   expect_error_containing([] { gpt2().decode({-1}); }, {"token id -1"});
 }
 
-TEST(Gpt2Tokenizer, DptGpt2DirNamesAnotherVocabularyFolder) {
+TEST(Gpt2Tokenizer, TheGpt2DirFlagNamesAnotherVocabularyFolder) {
   const std::string shipped = Gpt2Tokenizer::default_dir();
   EXPECT_TRUE(std::filesystem::exists(shipped + "/encoder.json")) << shipped;
   TempDir dir;
   const std::string elsewhere = dir.file("gpt2");
-  ScopedEnv env("DPT_GPT2_DIR", elsewhere.c_str());
+  ScopedFlag flag(Flag::Gpt2Dir, elsewhere);
   EXPECT_EQ(Gpt2Tokenizer::default_dir(), elsewhere);
   expect_error_containing([] { Gpt2Tokenizer::load(); }, {elsewhere + "/encoder.json"});
   std::filesystem::create_directories(elsewhere);

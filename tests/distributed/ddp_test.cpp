@@ -10,7 +10,6 @@
 #include "core/cuda_runtime.h"
 #include "distributed/ddp.h"
 #include "distributed/grad_bucket.h"
-#include "distributed/peer_exchange.h"
 #include "core/factory.h"
 #include "worker_command.h"
 
@@ -58,36 +57,6 @@ TEST(DdpBuckets, FillInReverseOrderWithSmallFirstBucketAndNeverSplit) {
   EXPECT_EQ(buckets[0].params, (std::vector<size_t>{3}));     // 1600 B alone: over the first cap
   EXPECT_EQ(buckets[1].params, (std::vector<size_t>{2, 1}));  // 200 + 1200 B
   EXPECT_EQ(buckets[2].params, (std::vector<size_t>{0}));
-}
-
-// Copy-engine chunks: they tile [0, n) in order, start on 64-element boundaries (16-byte aligned for
-// every dtype), and are balanced to within one boundary step.
-TEST(PeerExchangeChunks, TileTheBucketAlignedAndBalanced) {
-  using dpt::dist::PeerExchange;
-  for (int world : {2, 3, 8}) {
-    for (int64_t n : {0, 1, 63, 64, 65, 1000, 100003, 16777216}) {
-      EXPECT_EQ(PeerExchange::chunk_begin(n, world, 0), 0);
-      EXPECT_EQ(PeerExchange::chunk_begin(n, world, world), n);
-      for (int c = 0; c < world; ++c) {
-        int64_t begin = PeerExchange::chunk_begin(n, world, c), end = PeerExchange::chunk_begin(n, world, c + 1);
-        EXPECT_LE(begin, end) << "n " << n << " world " << world << " chunk " << c;
-        EXPECT_EQ(begin % 64, 0) << "n " << n << " world " << world << " chunk " << c;
-        EXPECT_LE(end - begin, n / world + 64 + n % world) << "n " << n << " world " << world << " chunk " << c;
-      }
-    }
-  }
-  // Two ranks, 16.8M elements (a 4096 x 4096 layer): halves.
-  EXPECT_EQ(PeerExchange::chunk_begin(16777216, 2, 1), 8388608);
-}
-
-// A CPU-only build (or CPU tensors) never picks copy engines; asking for them by name is an error.
-TEST(PeerExchangeOptions, NamesParse) {
-  using dpt::dist::GradExchange;
-  EXPECT_EQ(dpt::dist::parse_grad_exchange("auto"), GradExchange::Auto);
-  EXPECT_EQ(dpt::dist::parse_grad_exchange("nccl"), GradExchange::Nccl);
-  EXPECT_EQ(dpt::dist::parse_grad_exchange("copy_engine"), GradExchange::CopyEngine);
-  EXPECT_THROW(dpt::dist::parse_grad_exchange("nvlink"), dpt::Error);
-  EXPECT_STREQ(dpt::dist::grad_exchange_name(GradExchange::CopyEngine), "copy_engine");
 }
 
 TEST(DdpBuckets, SeparateDtypes) {
@@ -143,9 +112,8 @@ TEST(DdpParityCpu, GatheredGradientsNeedDivisibleRows) {
 }
 TEST(DdpParityCpu, UnusedParametersDoNotHang) { expect_passes(2, "mlp unused cpu"); }
 TEST(DdpParityCpu, ZeroWithUnusedParametersStraddlingBucketsThreeRanks) { expect_passes(3, "mlp zerounused cpu"); }
-TEST(DdpParityCpu, CopyEngineExchangeOnCpuIsAClearError) {
-  expect_fails_with(2, "mlp default cpu copy_engine",
-                    "grad_exchange copy_engine is not possible here: the parameters are not on a CUDA device");
+TEST(DdpParityCpu, AnInstalledExchangeLaunchesAndFinishesEveryBucketInIndexOrder) {
+  expect_passes(2, "mlp customexchange cpu");
 }
 TEST(DdpParityCpu, ModelMismatchIsAnErrorOnEveryRank) { expect_passes(2, "mlp mismatch cpu"); }
 
@@ -171,15 +139,7 @@ TEST_F(DdpParityCuda, ZeroOnStepGptTwoGpus) { expect_passes(2, "gpt zerostep cud
 TEST_F(DdpParityCuda, ZeroOnStepBf16TwinsTwoGpus) { expect_passes(2, "gpt zerostepbf16 cuda"); }
 TEST_F(DdpParityCuda, GatheredOnStepTwoGpus) { expect_passes(2, "mlp gatheredstep cuda"); }
 TEST_F(DdpParityCuda, GatheredOnStepBf16TwinsTwoGpus) { expect_passes(2, "mlp gatheredstepbf16 cuda"); }
-// The cases above take the default exchange (NCCL); these pin each path, so both stay covered.
-TEST_F(DdpParityCuda, CopyEngineKnownAveragesTwoGpus) { expect_passes(2, "mlp exchange cuda"); }
-TEST_F(DdpParityCuda, CopyEngineTinyBucketsTwoGpus) { expect_passes(2, "mlp tiny cuda copy_engine"); }
-TEST_F(DdpParityCuda, CopyEngineGptTwoGpus) { expect_passes(2, "gpt default cuda copy_engine"); }
-TEST_F(DdpParityCuda, CopyEngineOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlap cuda copy_engine"); }
-TEST_F(DdpParityCuda, CopyEngineNoSyncTwoGpus) { expect_passes(2, "gpt nosync cuda copy_engine"); }
-TEST_F(DdpParityCuda, AutoExchangeOptimizerInBackwardTwoGpus) { expect_passes(2, "mlp overlap cuda auto"); }
 TEST_F(DdpParityCuda, UpdateStreamOptimizerInBackwardTwoGpus) { expect_passes(2, "gpt overlapstream cuda"); }
-TEST_F(DdpParityCuda, UpdateStreamWithCopyEnginesTwoGpus) { expect_passes(2, "mlp overlapstream cuda copy_engine"); }
 // ZeRO-1's sharded buckets on the copy engines (DDPOptions::copy_engines): all-to-alls and all-gathers
 // between symmetric windows, each bucket averaged by our kernel; at the end of backward, on the update
 // stream, on step() in bf16, with tiny buckets (block boundaries every 64 elements), and captured.

@@ -1,9 +1,10 @@
 // CausalSelfAttention with a head size the fused kernels take (D = 64): on CUDA it runs
 // causal_attention_qkv (core/ops_flash_attention.h), on the CPU the composed path; both must give the
-// same output and gradients (float32, so the CUDA side runs the composition on the SIMT kernels; the
-// bf16 tensor-core kernels are held to the CPU by tests/core/flash_attention_test.cpp and
-// flash_attention_qkv_test.cpp). In bfloat16 the layer runs the packed mma kernels, held to the
-// composition it replaced, built from the layer's own qkv and proj modules. Skipped without a GPU.
+// same output and gradients (float32, so the CUDA side composes the op; the bf16 kernels are held to the
+// CPU by tests/core/flash_attention_test.cpp and flash_attention_qkv_test.cpp). In bfloat16 the layer
+// runs the packed mma kernels, held to the composition it replaced, built from the layer's own qkv and
+// proj modules, and, with attention dropout, to the composed path DPT_ATTENTION=reference selects.
+// Skipped without a GPU.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -12,11 +13,11 @@
 
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
+#include "core/flags.h"
 #include "core/max_relative.h"
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
 #include "layers/attention.h"
-#include "linear_switches.h"
 
 namespace dpt::nn {
 namespace {
@@ -47,7 +48,7 @@ TEST(CudaFlashAttentionLayer, FusedCudaPathMatchesComposedCpuPath) {
 // tolerance leaves room only for the cuBLAS GEMMs around it, which see the same operands.
 TEST(CudaFlashAttentionLayer, PackedQkvPathMatchesExplicitCompositionInBfloat16) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  CudnnAttentionSwitch mma_forward(false);  // the fused branch's forward on our kernels, as the composition's
+  ScopedFlag mma_forward(Flag::Attention, "flash");  // the fused branch's forward on our kernels, as the composition's
   Generator g1(33), gen(34);
   const int64_t n_embd = 192, n_head = 3, head = n_embd / n_head, b = 2, t = 200;  // D = 64
   CausalSelfAttention layer(n_embd, n_head, 0.0, g1);
@@ -80,6 +81,45 @@ TEST(CudaFlashAttentionLayer, PackedQkvPathMatchesExplicitCompositionInBfloat16)
     const std::string what = i == 0 ? "output" : i == 1 ? "input gradient" : names[i - 2].first;
     EXPECT_EQ(fused[i].dtype(), DType::BFloat16) << what;
     EXPECT_LT(max_relative(fused[i], ref[i]), 1e-2) << what;
+  }
+}
+
+// Attention dropout drawn inside the mma kernels against the layer's composed path (DPT_ATTENTION=reference:
+// scores, softmax, dpt::dropout on the [B, H, T, T] weights, matmul), both on the GPU in bfloat16 from the
+// same weights and generator state, so both draw the same mask. A mask that differed would move values by
+// whole weights, far beyond the tolerance, which leaves room for the composed path's bfloat16 scores.
+TEST(CudaFlashAttentionLayer, FusedDropoutMatchesTheReferencePathInBfloat16) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  Generator g1(35), g2(35), gen(36);
+  const int64_t n_embd = 128, n_head = 2, b = 2, t = 80;  // D = 64; T no multiple of the tiles
+  CausalSelfAttention fused(n_embd, n_head, 0.3, g1), composed(n_embd, n_head, 0.3, g2);
+  for (CausalSelfAttention* layer : {&fused, &composed}) {
+    layer->to(Device::cuda());
+    layer->to(DType::BFloat16);
+  }
+  const TensorOptions bf16 = TensorOptions{}.with_dtype(DType::BFloat16).with_device(Device::cuda());
+  Tensor x = randn({b, t, n_embd}, gen, bf16), w = randn({b, t, n_embd}, gen, bf16);
+  // Output, input gradient and parameter gradients of sum(y * w).
+  auto run = [&](CausalSelfAttention& layer) {
+    Tensor xl = x.detach().clone().requires_grad_();
+    Tensor y = layer.forward(xl);
+    sum(y * w).backward();
+    std::vector<Tensor> out{y.detach().to(Device::cpu()), xl.grad().to(Device::cpu())};
+    for (auto& [name, p] : layer.named_parameters()) out.push_back(p.grad().to(Device::cpu()));
+    return out;
+  };
+  ASSERT_TRUE(causal_attention_dropout_fused(Tensor::empty({b, t, 3 * n_embd}, bf16), n_head));
+  std::vector<Tensor> got = run(fused), want;
+  {
+    ScopedFlag reference(Flag::Attention, "reference");
+    ASSERT_FALSE(causal_attention_dropout_fused(Tensor::empty({b, t, 3 * n_embd}, bf16), n_head));
+    want = run(composed);
+  }
+  ASSERT_EQ(got.size(), want.size());
+  auto names = fused.named_parameters();
+  for (size_t i = 0; i < got.size(); ++i) {
+    const std::string what = i == 0 ? "output" : i == 1 ? "input gradient" : names[i - 2].first;
+    EXPECT_LT(max_relative(got[i], want[i]), 3e-2) << what;
   }
 }
 

@@ -10,7 +10,9 @@
 #include <vector>
 
 #include "config.h"
+#include "core/device.h"
 #include "core/factory.h"
+#include "core/flags.h"
 #include "layers/conv.h"
 #include "layers/gpt.h"
 #include "layers/linear.h"
@@ -25,7 +27,6 @@ using dpt::reliability::Finished;
 using dpt::reliability::kBin;
 using dpt::reliability::ScratchDir;
 using dpt::train::estimate_training_memory;
-
 
 constexpr double kLimit = 120;  // seconds: only catches hangs
 
@@ -167,6 +168,36 @@ TEST(MemoryEstimate, MixedPrecisionAndTheOptimizerAddWhatTheyKeep) {
   config.training.batch_size = 20;
   EXPECT_DOUBLE_EQ(estimate_training_memory(config, shape, dpt::DType::Float32, dpt::Device::cpu(), 1).activations,
                    2 * small);
+}
+
+// A GPT's [T x T] attention scores are left out only where the GPU runs attention fused: bfloat16 with
+// a head size the kernels take, and DPT_ATTENTION not reference. float32 and other head sizes compose the
+// op on the GPU and keep 3 H T values per token and layer, as on the CPU.
+TEST(MemoryEstimate, OnAGpuOnlyFusedAttentionLeavesTheScoresOut) {
+  dpt::train::Config config;
+  config.model.kind = "gpt";
+  config.model.gpt.n_layer = 2;
+  config.model.gpt.n_head = 4;
+  config.model.gpt.n_embd = 256;  // D = 64
+  config.training.batch_size = 3;
+  dpt::train::DataShape shape;
+  shape.tokens = true;
+  shape.vocab_size = 97;
+  shape.seq_len = 32;
+  auto activations = [&](dpt::DType dtype, const dpt::Device& device) {
+    return estimate_training_memory(config, shape, dtype, device, 1).activations;
+  };
+  const dpt::Device gpu = dpt::Device::cuda(0), cpu = dpt::Device::cpu();
+  // b t (layers + 1) 3 H T values of 2 bytes.
+  const double scores = 3.0 * 32 * (2 + 1) * 3 * 4 * 32 * 2;
+  EXPECT_DOUBLE_EQ(activations(dpt::DType::BFloat16, cpu) - activations(dpt::DType::BFloat16, gpu), scores);
+  EXPECT_DOUBLE_EQ(activations(dpt::DType::Float32, gpu), activations(dpt::DType::Float32, cpu));
+  {
+    dpt::ScopedFlag reference(dpt::Flag::Attention, "reference");
+    EXPECT_DOUBLE_EQ(activations(dpt::DType::BFloat16, gpu), activations(dpt::DType::BFloat16, cpu));
+  }
+  config.model.gpt.n_embd = 192;  // D = 48: no kernels
+  EXPECT_DOUBLE_EQ(activations(dpt::DType::BFloat16, gpu), activations(dpt::DType::BFloat16, cpu));
 }
 
 TEST(MemoryEstimate, TheHostsAvailableMemoryIsReadAndSharedByItsProcesses) {

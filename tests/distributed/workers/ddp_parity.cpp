@@ -1,14 +1,14 @@
 // Worker of the DDP parity tests (tests/distributed/ddp_test.cpp), started by dpt-run on every rank.
 //
-//   dpt_test_ddp_parity <model> <mode> <device> [auto | nccl | copy_engine]
+//   dpt_test_ddp_parity <model> <mode> <device> [nccl | ce_collectives]
 //   model: mlp | gpt;  device: cpu | cuda (cuda: one GPU per rank)
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
-//          | zerobf16 | exchange | overlapstream | graph | zerograph | gathered | gatheredbf16
+//          | zerobf16 | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
 //          | zerostep | zerosteptiny | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
-//   The last argument is DDPOptions::grad_exchange (CUDA: how buckets are averaged; default auto), or
-//   ce_collectives for DDPOptions::copy_engines (ZeRO-1's sharded buckets on the copy engines).
-//   Mode `exchange` checks the copy-engine exchange alone against known averages (model ignored).
+//          | customexchange
+//   The last argument: nccl (the default) or ce_collectives for DDPOptions::copy_engines (ZeRO-1's
+//   sharded buckets on the copy engines).
 //
 // Every rank trains two copies of the same model from the same seed for 5 AdamW steps: a reference on
 // the whole global batch (N ranks x b rows), as one process would, and a DDP replica on its own slice
@@ -26,11 +26,12 @@
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
+#include "distributed/allreduce_exchange.h"
 #include "distributed/ddp.h"
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/overlapped_optimizer.h"
-#include "distributed/peer_exchange.h"
 #include "distributed/process_group.h"
+#include "distributed/sharded_exchange.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/gpt.h"
 #include "layers/losses.h"
@@ -187,24 +188,23 @@ enum class Stepping {
   kGatheredOnStep
 };
 
-// A sharded optimizer stepped by the caller (the When::OnStep modes): ZeRO-1 or gathered-input gradients.
+// A sharded optimizer stepped by the caller (UpdateTiming::OnStep): ZeRO-1 or gathered-input gradients.
 std::unique_ptr<dist::ShardedOptimizer> make_on_step(dist::DistributedDataParallel& ddp,
                                                      const std::vector<optim::ParamGroup>& groups,
                                                      Stepping stepping) {
   if (stepping == Stepping::kGatheredOnStep)
-    return std::make_unique<dist::GatheredLinearZero>(ddp, groups, make_adamw, dist::GatheredLinearZero::When::OnStep);
-  return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make_adamw, dist::ZeroOptimizer::When::OnStep);
+    return std::make_unique<dist::GatheredLinearZero>(ddp, groups, make_adamw, dist::UpdateTiming::OnStep);
+  return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make_adamw, dist::UpdateTiming::OnStep);
 }
 
 std::unique_ptr<dist::ZeroOptimizer> make_zero(dist::DistributedDataParallel& ddp,
                                                const std::vector<optim::ParamGroup>& groups,
                                                const dist::ZeroOptimizer::Factory& make, Stepping stepping) {
-  using When = dist::ZeroOptimizer::When;
-  return std::make_unique<dist::ZeroOptimizer>(
-      ddp, groups, make,
-      stepping == Stepping::kZeroWhenReduced ? When::DuringBackward
-      : stepping == Stepping::kZeroOnStep    ? When::OnStep
-                                             : When::EndOfBackward);
+  using dist::UpdateTiming;
+  return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make,
+                                               stepping == Stepping::kZeroWhenReduced ? UpdateTiming::WhenReduced
+                                               : stepping == Stepping::kZeroOnStep    ? UpdateTiming::OnStep
+                                                                                      : UpdateTiming::AtBackwardEnd);
 }
 
 // One DDP replica next to the single-process reference, for kSteps steps.
@@ -218,7 +218,7 @@ bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DD
   std::unique_ptr<dist::ZeroOptimizer> zero;
   if (stepping == Stepping::kInBackward) dist::step_in_backward(ddp, *rep_opt);
   if (stepping == Stepping::kInBackwardWhenReduced) {
-    dist::step_in_backward(ddp, *rep_opt, dist::DistributedDataParallel::HookTiming::WhenReduced);
+    dist::step_in_backward(ddp, *rep_opt, dist::UpdateTiming::WhenReduced);
   }
   if (stepping == Stepping::kZero || stepping == Stepping::kZeroWhenReduced) {
     zero = make_zero(ddp, rep_opt->param_groups(), make_adamw, stepping);
@@ -407,13 +407,13 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
          compare(*models[1], *models[2], tol, "one vs default bucket", s.rank);
 }
 
-// ZeRO-1 with the update on step() (ZeroOptimizer::When::OnStep), as a trainer runs it: backward
+// ZeRO-1 with the update on step() (UpdateTiming::OnStep), as a trainer runs it: backward
 // reduce-scatters, clip_grad_norm() clips by the global norm of the ranks' blocks together, step()
 // updates and all-gathers. Against one process on the global batch with optim::clip_grad_norm and
 // AdamW: the norms, the parameters and the optimizer state of whole parameters (full_state_dict()) agree;
 // a second ZeRO replica resumed from the reference's plain state (load_full_state_dict()) takes the next
 // step like the reference.
-// Stepping::kGatheredOnStep: the same of GatheredLinearZero::When::OnStep (the biases' replicated state
+// Stepping::kGatheredOnStep: the same of GatheredLinearZero with UpdateTiming::OnStep (the biases' replicated state
 // counted once in the norm and in full_state_dict()).
 bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options,
                       Stepping stepping = Stepping::kZeroOnStep) {
@@ -468,21 +468,23 @@ bool run_shard_layout(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   dist::DDPOptions o;
   o.bucket_cap_mb = static_cast<double>(cap_elems * 4) / (1024.0 * 1024.0);
   dist::DistributedDataParallel ddp(model, pg, o);
-  ddp.shard_buckets();
+  auto owned = std::make_unique<dist::ShardedExchange>(pg, static_cast<size_t>(cap_elems * 4), false);
+  const dist::ShardedExchange& exchange = *owned;
+  ddp.set_exchange(std::move(owned));
   auto fail = [&](const std::string& what) {
     std::fprintf(stderr, "rank %d: sharded layout: %s\n", s.rank, what.c_str());
     return false;
   };
   const auto* grads0 = static_cast<const char*>(ddp.bucket(0).buffer.data_ptr());
-  const auto* values0 = static_cast<const char*>(ddp.bucket(0).param_buffer.data_ptr());
+  const auto* values0 = static_cast<const char*>(exchange.param_buffer(0).data_ptr());
   int64_t flat = 0;  // elements before the bucket
   std::vector<int> buckets_of(ddp.parameters().size(), 0);
   for (size_t b = 0; b < ddp.num_buckets(); ++b) {
     const dist::GradBucket& bucket = ddp.bucket(b);
     const int64_t n = bucket.buffer.numel();
-    if (n == 0 || n % s.world != 0 || bucket.param_buffer.numel() != n)
+    if (n == 0 || n % s.world != 0 || exchange.param_buffer(b).numel() != n)
       return fail("bucket " + std::to_string(b) + " holds " + std::to_string(n) + " elements");
-    if (bucket.buffer.data_ptr() != grads0 + flat * 4 || bucket.param_buffer.data_ptr() != values0 + flat * 4)
+    if (bucket.buffer.data_ptr() != grads0 + flat * 4 || exchange.param_buffer(b).data_ptr() != values0 + flat * 4)
       return fail("bucket " + std::to_string(b) + " does not follow the one before it");
     for (size_t j = 0; j < bucket.params.size(); ++j) {
       const Tensor& p = ddp.parameters()[bucket.params[j]].second;
@@ -551,7 +553,7 @@ bool run_zero_unused(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
   dist::DistributedDataParallel ddp(params, model->named_buffers(), pg, o);
   dist::ZeroOptimizer zero(ddp, optim::AdamW(params, adam_options()).param_groups(), make_adamw,
-                           dist::ZeroOptimizer::When::OnStep);
+                           dist::UpdateTiming::OnStep);
   auto reference = make_model(s);
   auto ref_opt = make_optimizer(*reference);
   for (int step = 0; step < kSteps; ++step) {
@@ -581,40 +583,75 @@ bool run_mismatch(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
   return false;
 }
 
-// Buckets of awkward sizes and every supported dtype, averaged three times over (the flags and
-// receive areas are reused): each element must be the mean of the ranks' values. The values are small
-// integers, so for two ranks the mean (a multiple of 1/2) is exact in every dtype.
-bool run_exchange(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
-  const std::vector<int64_t> sizes = {1, 63, 64, 129, 0, 1000, 100003};
-  const std::vector<DType> dtypes = {DType::Float32, DType::BFloat16, DType::Float16};
-  std::vector<dist::ExchangeBucket> buckets;
-  for (size_t b = 0; b < sizes.size(); ++b) buckets.push_back({sizes[b], dtypes[b % dtypes.size()]});
-  dist::PeerExchange exchange(pg, buckets, s.device.index, "test");
-  auto value = [](int round, int rank, size_t b, int64_t i) {
-    return static_cast<float>((i * 7 + static_cast<int64_t>(b) * 3 + rank * 5 + round * 11) % 17 - 8);
+// An exchange that records what DDP asks of it, around the default all-reduce.
+class RecordingExchange : public dist::BucketExchange {
+ public:
+  RecordingExchange(std::shared_ptr<dist::ProcessGroup> pg, std::vector<std::string>& calls)
+      : inner_(std::move(pg)), calls_(calls) {}
+  dist::BucketLayout lay_out(const NamedTensors& params, const std::vector<dist::BucketSpec>& specs) override {
+    calls_.push_back("layout");
+    return inner_.lay_out(params, specs);
+  }
+  void launch(dist::GradBucket& bucket) override {
+    calls_.push_back("launch " + std::to_string(bucket.index));
+    inner_.launch(bucket);
+  }
+  void finish(dist::GradBucket& bucket) override {
+    calls_.push_back("finish " + std::to_string(bucket.index));
+    inner_.finish(bucket);
+  }
+  void finish_backward() override { calls_.push_back("end"); }
+  std::string name() const override { return "recording " + inner_.name(); }
+
+ private:
+  dist::AllReduceExchange inner_;
+  std::vector<std::string>& calls_;
+};
+
+// The extension point (distributed/bucket_exchange.h): DDP lays buckets out through the installed exchange,
+// launches every bucket once in index order during backward, finishes them in index order after the last
+// launch, calls nothing inside no_sync, and the averaged gradients the exchange leaves are the reference's.
+bool run_custom_exchange(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
+  auto reference = make_model(s);
+  auto replica = make_model(s);
+  dist::DDPOptions o;
+  o.bucket_cap_mb = o.first_bucket_mb = 0.0001;  // a bucket per parameter or so: many to order
+  o.rebuild_buckets = false;
+  dist::DistributedDataParallel ddp(replica, pg, o);
+  std::vector<std::string> calls;
+  ddp.set_exchange(std::make_unique<RecordingExchange>(pg, calls));
+  auto fail = [&](const std::string& what) {
+    std::string seen;
+    for (const auto& c : calls) seen += c + "; ";
+    std::fprintf(stderr, "rank %d: custom exchange: %s (calls: %s)\n", s.rank, what.c_str(), seen.c_str());
+    return false;
   };
-  for (int round = 0; round < 3; ++round) {
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      std::vector<float> mine(static_cast<size_t>(sizes[b]));
-      for (int64_t i = 0; i < sizes[b]; ++i) mine[static_cast<size_t>(i)] = value(round, s.rank, b, i);
-      exchange.buffer(b).copy_(from_vector(mine, {sizes[b]}, TensorOptions{}.with_device(s.device)));
+  if (calls != std::vector<std::string>{"layout"}) return fail("set_exchange did not lay the buckets out once");
+  if (ddp.exchange_name() != "recording gloo") return fail("exchange_name is " + ddp.exchange_name());
+  const size_t n = ddp.num_buckets();
+  if (n < 3) return fail("only " + std::to_string(n) + " buckets");
+  std::vector<std::string> want;
+  for (size_t b = 0; b < n; ++b) want.push_back("launch " + std::to_string(b));
+  for (size_t b = 0; b < n; ++b) want.push_back("finish " + std::to_string(b));
+  want.push_back("end");
+  for (int step = 0; step < 2; ++step) {
+    auto [x, y] = global_batch(s, step);
+    calls.clear();
+    replica->zero_grad();
+    {
+      auto guard = ddp.no_sync();
+      backward_on_my_rows(s, *replica, x, y);
     }
-    std::vector<std::shared_ptr<dist::Work>> works;
-    for (size_t b = 0; b < buckets.size(); ++b) works.push_back(exchange.average(b));
-    for (auto& w : works) w->wait();
-    for (size_t b = 0; b < buckets.size(); ++b) {
-      std::vector<float> got = exchange.buffer(b).to_vector<float>();
-      for (int64_t i = 0; i < sizes[b]; ++i) {
-        float want = 0;
-        for (int r = 0; r < s.world; ++r) want += value(round, r, b, i);
-        want /= static_cast<float>(s.world);
-        if (std::fabs(got[static_cast<size_t>(i)] - want) > 1e-2f * std::max(1.0f, std::fabs(want))) {
-          std::fprintf(stderr, "rank %d: round %d bucket %zu (%s) element %lld: got %g, want %g\n", s.rank, round, b,
-                       dtype_name(buckets[b].dtype), static_cast<long long>(i), got[static_cast<size_t>(i)], want);
-          return false;
-        }
-      }
-    }
+    if (!calls.empty()) return fail("the exchange was called inside no_sync");
+    replica->zero_grad();
+    backward_on_my_rows(s, *replica, x, y);
+    if (calls != want) return fail("step " + std::to_string(step) + ": buckets not launched, then finished, in order");
+    reference->zero_grad();
+    loss_of(s, *reference, x, y).backward();
+    NamedTensors got, ref;
+    for (const auto& [name, p] : replica->named_parameters()) got.emplace_back(name, p.grad());
+    for (const auto& [name, p] : reference->named_parameters()) ref.emplace_back(name, p.grad());
+    if (!compare_named(got, ref, 1e-6, "averaged gradients step " + std::to_string(step), s.rank)) return false;
   }
   return true;
 }
@@ -623,7 +660,7 @@ bool run_exchange(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
 
 int main(int argc, char** argv) {
   if (argc != 4 && argc != 5) {
-    std::fprintf(stderr, "usage: %s mlp|gpt MODE cpu|cuda [auto|nccl|copy_engine|ce_collectives]\n", argv[0]);
+    std::fprintf(stderr, "usage: %s mlp|gpt MODE cpu|cuda [nccl|ce_collectives]\n", argv[0]);
     return 2;
   }
   try {
@@ -640,8 +677,9 @@ int main(int argc, char** argv) {
     // "ce_collectives": ZeRO's sharded buckets on the copy engines (DDPOptions::copy_engines).
     if (argc == 5 && std::string(argv[4]) == "ce_collectives") {
       o.copy_engines = true;
-    } else if (argc == 5) {
-      o.grad_exchange = dist::parse_grad_exchange(argv[4]);
+    } else if (argc == 5 && std::string(argv[4]) != "nccl") {
+      std::fprintf(stderr, "unknown exchange %s (nccl or ce_collectives)\n", argv[4]);
+      return 2;
     }
     bool ok = false;
     if (mode == "default") {
@@ -666,7 +704,7 @@ int main(int argc, char** argv) {
       o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
       ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket inside backward", Stepping::kInBackward);
     } else if (mode == "overlapstream") {
-      // The same, with each bucket's update on DDP's update stream during backward (CUDA).
+      // The same, with each bucket's update on the update stream during backward (CUDA).
       o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
       ok = run_parity(s, pg, o, 2, 1e-6, "optimizer step per bucket on the update stream",
                       Stepping::kInBackwardWhenReduced);
@@ -712,10 +750,10 @@ int main(int argc, char** argv) {
       ok = run_zero_on_step(s, pg, o, Stepping::kGatheredOnStep);
     } else if (mode == "gatheredstepbf16") {
       ok = run_zero_bf16(s, pg, o, Stepping::kGatheredOnStep);
+    } else if (mode == "customexchange") {
+      ok = run_custom_exchange(s, pg);
     } else if (mode == "gatheredtwice") {
       ok = run_gathered_twice(s, pg);
-    } else if (mode == "exchange") {
-      ok = run_exchange(s, pg);
     } else {
       std::fprintf(stderr, "unknown mode %s\n", mode.c_str());
       return 2;

@@ -1,6 +1,7 @@
-// The reduction step of the copy-engine gradient exchange (peer_exchange.h): one rank's chunk of a
-// bucket becomes the average of every rank's copy of that chunk. The copies arrive by DMA; this kernel
-// is the only SM work of the exchange, one read of each copy and one write.
+// The reduction step of ZeRO-1's sharded buckets on the copy engines (DDPOptions::copy_engines): this
+// rank's block of a bucket becomes the average of every rank's copy of that block. The copies arrive by
+// an all-to-all the copy engines move; this kernel is the only SM work of the reduce-scatter, one read of
+// each copy and one write.
 #include <algorithm>
 
 #include <cuda_bf16.h>
@@ -8,7 +9,7 @@
 
 #include "core/cuda/check.h"
 #include "core/error.h"
-#include "distributed/peer_average.h"
+#include "distributed/block_average.h"
 
 namespace dpt::dist {
 namespace {
@@ -28,7 +29,7 @@ template <>
 __device__ __half from_float(float v) { return __float2half(v); }
 
 struct Inputs {
-  const void* ptr[kMaxPeerRanks];
+  const void* ptr[kMaxAveragedRanks];
 };
 
 // Sums in float32 in rank order (the same order whichever rank owns the chunk), then scales by
@@ -75,13 +76,13 @@ void launch(void* out, const std::vector<const void*>& inputs, int64_t n, cudaSt
 
 }  // namespace
 
-void peer_average(void* out, const std::vector<const void*>& inputs, int64_t n, DType dtype, cudaStream_t stream) {
+void block_average(void* out, const std::vector<const void*>& inputs, int64_t n, DType dtype, cudaStream_t stream) {
   if (n == 0) return;
   switch (dtype) {
     case DType::Float32: launch<float>(out, inputs, n, stream); break;
     case DType::BFloat16: launch<__nv_bfloat16>(out, inputs, n, stream); break;
     case DType::Float16: launch<__half>(out, inputs, n, stream); break;
-    default: DPT_FAIL("peer_average: dtype {} is not supported", dtype_name(dtype));
+    default: DPT_FAIL("block_average: dtype {} is not supported", dtype_name(dtype));
   }
 }
 
