@@ -9,6 +9,7 @@
 #include <string>
 
 #include "checkpointing.h"
+#include "components.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "distributed/gathered_linear_zero.h"
@@ -180,8 +181,13 @@ void Trainer::resume_or_start() {
 
 namespace {
 
-// optim.kind over `groups` (the whole model's, or, sharded, this rank's pieces of it).
-std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, std::vector<optim::ParamGroup> groups) {
+// optim.kind over `groups` (the whole model's, or, sharded, this rank's pieces of it): a registered
+// optimizer (apps/train/optimizers/) or a built-in one.
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, std::vector<optim::ParamGroup> groups) {
+  const OptimConfig& o = config.optim;
+  if (const auto* entry = optimizers().find(o.kind)) {
+    return entry->make(config, Settings(config, "optim." + o.kind, entry->settings), std::move(groups));
+  }
   if (o.kind == "sgd") {
     optim::SgdOptions so;
     so.lr = o.lr;
@@ -225,7 +231,7 @@ void Trainer::setup_optimizer() {
   // Sharded (distributed.zero or gathered_grads), the optimizer is built over this rank's pieces once DDP
   // exists (below).
   const bool sharded = (config_.distributed.zero || config_.distributed.gathered_grads) && group_ != nullptr;
-  if (!sharded) optimizer_ = make_optimizer(o, groups);
+  if (!sharded) optimizer_ = make_optimizer(config_, groups);
   if (resume_from_) {
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
     const auto& extra = resume_from_->state.extra;
@@ -265,7 +271,11 @@ void Trainer::setup_optimizer() {
   sc.min_lr = config_.schedule.min_lr;
   sc.step_size = config_.schedule.step_size;
   sc.gamma = config_.schedule.gamma;
-  schedule_ = optim::make_lr_schedule(sc);
+  if (const auto* entry = schedules().find(sc.kind)) {
+    schedule_ = entry->make(config_, Settings(config_, "schedule." + sc.kind, entry->settings), total_steps_);
+  } else {
+    schedule_ = optim::make_lr_schedule(sc);
+  }
   if (group_) {
     dist::DDPOptions d;
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
@@ -280,7 +290,7 @@ void Trainer::setup_optimizer() {
     ddp_ = std::make_unique<dist::DistributedDataParallel>(model_->module(), group_, d);
   }
   // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
-  auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
+  auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(config_, std::move(pieces)); };
   if (sharded && config_.distributed.zero) {
     sharded_ = std::make_unique<dist::ZeroOptimizer>(*ddp_, groups, make_shard, dist::ZeroOptimizer::When::OnStep);
   } else if (sharded) {
