@@ -153,5 +153,21 @@ TEST(TrainComponents, GptWithSwigluFeedForwardTrains) {
   EXPECT_TRUE(weights.contains("blocks.0.mlp.gate.weight")) << "no SwiGLU gate in the checkpoint";
 }
 
+TEST(TrainComponents, ARegisteredModelTrainsFromTheConfig) {
+  ScratchDir dir("softmax_regression");
+  std::vector<std::string> o = mlp_run(dir, 40);
+  o.insert(o.end(), {"model.kind=softmax_regression", "model.softmax_regression.input_scale=0.5",
+                     "data.pattern=clusters", "data.num_features=4"});
+  RunResult r = train(config_path("mlp_synthetic.yaml"), o);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("softmax_regression: 4 -> 3"), std::string::npos) << r.output;
+  auto losses = train_records(read_metrics(dir.file("run/metrics.jsonl")));
+  ASSERT_EQ(losses.size(), 40u);
+  EXPECT_LT(number(losses.back().loss), 0.7 * number(losses.front().loss)) << r.output;
+  const auto weights = load_safetensors(dir.file("run/step_00000040/checkpoint.model.safetensors"));
+  ASSERT_EQ(weights.tensors.size(), 2u);
+  EXPECT_EQ(weights.at("weight").shape(), (Shape{3, 4}));
+}
+
 }  // namespace
 }  // namespace dpt::train
