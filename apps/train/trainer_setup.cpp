@@ -17,8 +17,6 @@
 #include "distributed/zero_optimizer.h"
 #include "layers/flops.h"
 #include "memory_estimate.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
 #include "stop_signal.h"
 #include "trainer.h"
 
@@ -181,29 +179,12 @@ void Trainer::resume_or_start() {
 
 namespace {
 
-// optim.kind over `groups` (the whole model's, or, sharded, this rank's pieces of it): a registered
-// optimizer (apps/train/optimizers/) or a built-in one.
+// optim.kind over `groups` (the whole model's, or, sharded, this rank's pieces of it), from the registry
+// (apps/train/optimizers/); the config only lets registered names through.
 std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, std::vector<optim::ParamGroup> groups) {
-  const OptimConfig& o = config.optim;
-  if (const auto* entry = optimizers().find(o.kind)) {
-    return entry->make(config, Settings(config, "optim." + o.kind, entry->settings), std::move(groups));
-  }
-  if (o.kind == "sgd") {
-    optim::SgdOptions so;
-    so.lr = o.lr;
-    so.momentum = o.momentum;
-    so.nesterov = o.nesterov;
-    so.weight_decay = o.weight_decay;
-    return std::make_unique<optim::SGD>(std::move(groups), so);
-  }
-  optim::AdamOptions ao;
-  ao.lr = o.lr;
-  ao.beta1 = o.beta1;
-  ao.beta2 = o.beta2;
-  ao.eps = o.eps;
-  ao.weight_decay = o.weight_decay;
-  if (o.kind == "adamw") return std::make_unique<optim::AdamW>(std::move(groups), ao);
-  return std::make_unique<optim::Adam>(std::move(groups), ao, /*decoupled_weight_decay=*/false);
+  const auto* entry = optimizers().find(config.optim.kind);
+  DPT_CHECK(entry != nullptr, "optim.kind: '{}' is not a registered optimizer", config.optim.kind);
+  return entry->make(config, Settings(config, "optim." + config.optim.kind, entry->settings), std::move(groups));
 }
 
 }  // namespace
@@ -263,19 +244,11 @@ void Trainer::setup_optimizer() {
           config_.training.batch_size, config_.training.grad_accum, saved_batch, saved_accum);
     }
   }
-  optim::LrScheduleConfig sc;
-  sc.kind = config_.schedule.kind;
-  sc.lr = o.lr;
-  sc.warmup_steps = config_.schedule.warmup_steps;
-  sc.total_steps = total_steps_;
-  sc.min_lr = config_.schedule.min_lr;
-  sc.step_size = config_.schedule.step_size;
-  sc.gamma = config_.schedule.gamma;
-  if (const auto* entry = schedules().find(sc.kind)) {
-    schedule_ = entry->make(config_, Settings(config_, "schedule." + sc.kind, entry->settings), total_steps_);
-  } else {
-    schedule_ = optim::make_lr_schedule(sc);
-  }
+  // schedule.kind from the registry (apps/train/schedules/).
+  const auto* schedule = schedules().find(config_.schedule.kind);
+  DPT_CHECK(schedule != nullptr, "schedule.kind: '{}' is not a registered schedule", config_.schedule.kind);
+  schedule_ =
+      schedule->make(config_, Settings(config_, "schedule." + config_.schedule.kind, schedule->settings), total_steps_);
   if (group_) {
     dist::DDPOptions d;
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
