@@ -25,6 +25,8 @@ constexpr int kEmbeddingLanes = 8;
 
 enum class UnaryOp {
   Neg, Exp, Log, Sqrt, Pow, Relu, Gelu, Tanh, Sigmoid,
+  Sign,  // -1, 0 or 1 (NaN stays NaN)
+  Abs,
   ReluGrad,  // 1 where x > 0 else 0
   GeluGrad,  // d gelu(x) / dx
   Scale,     // x * scalar

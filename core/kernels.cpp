@@ -20,6 +20,9 @@ void unary(UnaryOp op, const Tensor& in, const Tensor& out, double scalar) {
 void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
   DPT_KERNEL_DISPATCH(out.device(), binary, op, a, b, out);
 }
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DPT_KERNEL_DISPATCH(out.device(), where, cond, a, b, out);
+}
 void copy_strided(const Tensor& src, const Tensor& dst) { DPT_KERNEL_DISPATCH(dst.device(), copy_strided, src, dst); }
 void fill(const Tensor& out, double value) { DPT_KERNEL_DISPATCH(out.device(), fill, out, value); }
 void arange(const Tensor& out) { DPT_KERNEL_DISPATCH(out.device(), arange, out); }

@@ -30,6 +30,17 @@ Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
 Tensor dropout(const Tensor& x, double p, Generator& gen);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
+Tensor sign(const Tensor& x);  // -1, 0 or 1 (NaN stays NaN); zero gradient everywhere, as PyTorch
+Tensor abs(const Tensor& x);   // gradient sign(x) * g, so 0 at x = 0
+// cond != 0 ? a : b elementwise, the three broadcast together. cond may hold any dtype (a mask of
+// 0/1, or values tested for nonzero); a and b share dtype and device. The gradient goes to a where
+// cond holds and to b elsewhere; cond gets none.
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b);
+// a + weight * (b - a), as torch.lerp, composed from add/sub/mul so its gradients (to a, b and a
+// tensor weight) are theirs. With a scalar weight >= 0.5 it is computed as b - (1 - weight) (b - a), so
+// weight 1 gives b exactly.
+Tensor lerp(const Tensor& a, const Tensor& b, double weight);
+Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight);
 
 inline Tensor operator+(const Tensor& a, const Tensor& b) { return add(a, b); }
 inline Tensor operator-(const Tensor& a, const Tensor& b) { return sub(a, b); }

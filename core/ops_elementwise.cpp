@@ -36,6 +36,24 @@ Tensor unary_raw(UnaryOp kind, const Tensor& x, double scalar = 0) {
   return unary_forward("backward", kind, x, scalar);
 }
 
+// where's select without autograd: cond converted to a's dtype first. A floating cond goes through
+// sign() in its own dtype, so a tiny nonzero (1e-300 in float64) cannot round to 0 in a narrower one.
+Tensor where_raw(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  detail::check_compatible("where", a, b);
+  DPT_CHECK(cond.device() == a.device(), "where: condition on {} but values on {}", cond.device().str(),
+            a.device().str());
+  Shape shape = broadcast_shapes(broadcast_shapes(cond.shape(), a.shape(), "where"), b.shape(), "where");
+  Tensor c = cond.detach();
+  if (c.dtype() != a.dtype()) {
+    if (is_floating(c.dtype())) c = unary_forward("where", UnaryOp::Sign, c);
+    c = c.to(a.dtype());
+  }
+  Tensor out = detail::empty_as(a, shape);
+  kernels::where(detail::broadcast_view(c, shape), detail::broadcast_view(a.detach(), shape),
+                 detail::broadcast_view(b.detach(), shape), out);
+  return out;
+}
+
 }  // namespace
 
 Tensor add(const Tensor& a, const Tensor& b) {
@@ -190,5 +208,43 @@ Tensor sigmoid(const Tensor& x) {
   });
   return out;
 }
+
+Tensor sign(const Tensor& x) {
+  Tensor out = unary_forward("sign", UnaryOp::Sign, x);
+  Tensor sx = x.detach();
+  record_op("SignBackward", {x}, {out},
+            [sx](const std::vector<Tensor>&) { return std::vector<Tensor>{zeros_like(sx)}; });
+  return out;
+}
+
+Tensor abs(const Tensor& x) {
+  Tensor out = unary_forward("abs", UnaryOp::Abs, x);
+  Tensor sx = x.detach();
+  record_op("AbsBackward", {x}, {out}, [sx](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{mul(g[0], unary_raw(UnaryOp::Sign, sx))};
+  });
+  return out;
+}
+
+Tensor where(const Tensor& cond, const Tensor& a, const Tensor& b) {
+  Tensor out = where_raw(cond, a, b);
+  bool need_a = a.requires_grad(), need_b = b.requires_grad();
+  Shape sa = a.shape(), sb = b.shape();
+  Tensor c = cond.detach();
+  record_op("WhereBackward", {a, b}, {out}, [c, sa, sb, need_a, need_b](const std::vector<Tensor>& g) {
+    Tensor zero = zeros({}, g[0].options());
+    return std::vector<Tensor>{need_a ? sum_to_shape(where_raw(c, g[0], zero), sa) : Tensor(),
+                               need_b ? sum_to_shape(where_raw(c, zero, g[0]), sb) : Tensor()};
+  });
+  return out;
+}
+
+Tensor lerp(const Tensor& a, const Tensor& b, double weight) {
+  // Two forms, each exact at its own end: a + w (b - a) gives a at w = 0, b - (1 - w) (b - a) gives b at 1.
+  if (weight < 0.5) return add(a, mul(sub(b, a), weight));
+  return sub(b, mul(sub(b, a), 1.0 - weight));
+}
+
+Tensor lerp(const Tensor& a, const Tensor& b, const Tensor& weight) { return add(a, mul(weight, sub(b, a))); }
 
 }  // namespace dpt

@@ -17,7 +17,7 @@ GPT::GPT(const GPTConfig& config, Generator& gen) : config_(config) {
   blocks = register_module("blocks", std::make_shared<Sequential>());
   for (int64_t i = 0; i < config.n_layer; ++i)
     blocks->push_back(
-        std::make_shared<TransformerBlock>(config.n_embd, config.n_head, config.dropout, gen, config.bias));
+        std::make_shared<TransformerBlock>(config.n_embd, config.n_head, config.dropout, gen, config.bias, config.ffn));
   ln_f = register_module("ln_f", std::make_shared<LayerNorm>(config.n_embd, 1e-5, config.bias));
 
   // Re-draw every weight in registration order from the same generator: deterministic per seed.

@@ -24,6 +24,7 @@ struct GPTConfig {
   int64_t n_embd = 768;
   double dropout = 0.0;
   bool bias = true;  // false: no biases in the Linears and LayerNorms (nanoGPT's default)
+  std::string ffn = "mlp";  // each block's feed-forward, by name (layers/feed_forward.h)
 };
 
 class GPT : public Module {

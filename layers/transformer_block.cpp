@@ -20,11 +20,12 @@ Tensor FeedForward::forward_residual(const Tensor& x, const Tensor& residual) {
   return proj->forward_residual(fc->forward_with(x, Activation::Gelu), residual);
 }
 
-TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout, Generator& gen, bool bias) {
+TransformerBlock::TransformerBlock(int64_t n_embd, int64_t n_head, double dropout, Generator& gen, bool bias,
+                                   const std::string& ffn) {
   ln1 = register_module("ln1", std::make_shared<LayerNorm>(n_embd, 1e-5, bias));
   attn = register_module("attn", std::make_shared<CausalSelfAttention>(n_embd, n_head, dropout, gen, bias));
   ln2 = register_module("ln2", std::make_shared<LayerNorm>(n_embd, 1e-5, bias));
-  mlp = register_module("mlp", std::make_shared<FeedForward>(n_embd, dropout, gen, bias));
+  mlp = register_module("mlp", make_feed_forward(ffn, FeedForwardArgs{n_embd, dropout, bias, &gen}));
 }
 
 Tensor TransformerBlock::forward(const Tensor& x) {

@@ -16,6 +16,7 @@
 #include <set>
 #include <sstream>
 
+#include "components.h"
 #include "core/cuda_runtime.h"
 #include "data/token_shards.h"
 
@@ -54,6 +55,64 @@ struct Field {
   }
 };
 
+Kind kind_of(SettingSpec::Type type) {
+  switch (type) {
+    case SettingSpec::Type::Int:
+      return Kind::Int;
+    case SettingSpec::Type::Float:
+      return Kind::Float;
+    case SettingSpec::Type::Bool:
+      return Kind::Bool;
+    case SettingSpec::Type::String:
+      return Kind::String;
+    case SettingSpec::Type::Choice:
+      return Kind::Choice;
+  }
+  return Kind::String;
+}
+
+// Where a registered setting's value lives: the map of its type in Config::components.
+std::function<void*(Config&)> component_ref(const std::string& key, Kind kind) {
+  switch (kind) {
+    case Kind::Int:
+      return [key](Config& c) -> void* { return &c.components.ints[key]; };
+    case Kind::Float:
+      return [key](Config& c) -> void* { return &c.components.floats[key]; };
+    case Kind::Bool:
+      return [key](Config& c) -> void* { return &c.components.bools[key]; };
+    default:
+      return [key](Config& c) -> void* { return &c.components.strings[key]; };
+  }
+}
+
+std::optional<std::string> assign(const Field& f, const YAML::Node& node, Config& c);
+
+// The registries' part of the schema (apps/train/components.h): each kind key allows the registered
+// names after its built-in ones, and each registered setting becomes a key placed after the last key of
+// its section, so the reference lists it where a reader looks. A default that its own spec rejects is a
+// programming error, reported at the first use of the schema.
+void add_registered(std::vector<Field>& s) {
+  for (Field& f : s) {
+    if (f.kind != Kind::Choice) continue;
+    for (const std::string& name : registered_names(f.path))
+      if (std::find(f.spec.choices.begin(), f.spec.choices.end(), name) == f.spec.choices.end())
+        f.spec.choices.push_back(name);
+  }
+  for (const RegisteredSetting& r : registered_settings()) {
+    const Kind kind = kind_of(r.spec.type);
+    Field field{r.key, kind, Spec{.choices = r.spec.choices, .min = r.spec.min, .max = r.spec.max, .help = r.spec.help},
+                component_ref(r.key, kind)};
+    Config probe;
+    if (auto problem = assign(field, YAML::Node(r.spec.default_value), probe))
+      DPT_FAIL("registered setting {}: default '{}': {}", r.key, r.spec.default_value, *problem);
+    const std::string section = r.key.substr(0, r.key.find('.') + 1);
+    auto last = s.end();
+    for (auto it = s.begin(); it != s.end(); ++it)
+      if (it->path.rfind(section, 0) == 0) last = it + 1;
+    s.insert(last, std::move(field));
+  }
+}
+
 std::vector<Field> build_schema() {
   std::vector<Field> s;
   auto add = [&](Kind kind, const char* path, std::function<void*(Config&)> ref, Spec spec) {
@@ -79,6 +138,9 @@ std::vector<Field> build_schema() {
           .help = "dropout probability (embeddings, attention weights, both residual branches)");
   DPT_KEY(Bool, "model.gpt.bias", model.gpt.bias,
           .help = "biases in the Linears and LayerNorms; false as in nanoGPT's recipes");
+  DPT_KEY(Choice, "model.gpt.ffn", model.gpt.ffn, .choices = {},
+          .help = "each block's feed-forward: mlp = proj(gelu(fc(x))), 4 n_embd wide (GPT-2); swiglu = "
+                  "proj(silu(gate(x)) * up(x)), 8/3 n_embd wide (LLaMA)");
   DPT_KEY(IntList, "model.cnn.channels", model.cnn.channels, .min = 1,
           .help = "output channels of each conv + ReLU + 2x2 max-pool stage");
   DPT_KEY(Int, "model.cnn.kernel_size", model.cnn.kernel_size, .min = 1, .max = 15, .help = "conv kernel (odd)");
@@ -208,6 +270,7 @@ std::vector<Field> build_schema() {
                   "random windows of the held-out data, the same ones each time)");
   DPT_KEY(Int, "eval.sample_tokens", eval.sample_tokens, .min = 0, .help = "gpt: tokens of text sampled at the end");
 #undef DPT_KEY
+  add_registered(s);
   return s;
 }
 
@@ -880,8 +943,9 @@ class Loader {
     // Model and data agree.
     const std::string& m = c.model.kind;
     const std::string& d = c.data.kind;
-    const bool token_data = d == "tokens" || d == "text" || d == "synthetic_tokens";
-    const bool image_data = d == "mnist" || d == "synthetic_images";
+    const std::string form = registered_data_form(d);
+    const bool token_data = d == "tokens" || d == "text" || d == "synthetic_tokens" || form == "tokens";
+    const bool image_data = d == "mnist" || d == "synthetic_images" || form == "images";
     if (m == "gpt" && !token_data) {
       report("data.kind", fmt::format("model.kind gpt needs token data (tokens | text | synthetic_tokens), got {}", d));
     } else if (m == "cnn" && !image_data) {

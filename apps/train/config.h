@@ -13,6 +13,7 @@
 // it either way; list items by index, `model.mlp.hidden.0=128`; values may contain '='; a value is
 // parsed as YAML (`model.mlp.hidden=[256,256]`).
 #include <cstdint>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -33,7 +34,8 @@ struct GptConfig {
   int64_t n_head = 4;
   int64_t n_embd = 128;
   double dropout = 0.0;
-  bool bias = true;  // biases in the Linears and LayerNorms
+  bool bias = true;         // biases in the Linears and LayerNorms
+  std::string ffn = "mlp";  // each block's feed-forward (layers/feed_forward.h): mlp | swiglu
 };
 
 struct CnnConfig {
@@ -43,7 +45,7 @@ struct CnnConfig {
 };
 
 struct ModelConfig {
-  std::string kind = "mlp";  // mlp | gpt | cnn
+  std::string kind = "mlp";  // mlp | gpt | cnn, or a registered model (apps/train/components.h)
   MlpConfig mlp;
   GptConfig gpt;
   CnnConfig cnn;
@@ -53,7 +55,8 @@ struct ModelConfig {
 };
 
 struct DataConfig {
-  // synthetic_classification | synthetic_regression | synthetic_images | synthetic_tokens | tokens | text | mnist
+  // synthetic_classification | synthetic_regression | synthetic_images | synthetic_tokens | tokens | text | mnist,
+  // or a registered dataset (apps/train/components.h)
   std::string kind = "synthetic_classification";
   std::string path;         // tokens: .bin file; text: plain text; mnist: images idx; synthetic_tokens: where to write
   std::string val_path;     // tokens: validation .bin (else the last val_fraction of `path`); mnist: val images
@@ -95,7 +98,7 @@ struct TrainingConfig {
 };
 
 struct OptimConfig {
-  std::string kind = "adamw";  // adamw | adam | sgd
+  std::string kind = "adamw";  // adamw | adam | sgd, or a registered optimizer (apps/train/components.h)
   double lr = 1e-3;
   double weight_decay = 0.0;
   double beta1 = 0.9;
@@ -106,7 +109,7 @@ struct OptimConfig {
 };
 
 struct ScheduleConfig {
-  std::string kind = "constant";  // constant | cosine | step
+  std::string kind = "constant";  // constant | cosine | step, or a registered schedule (apps/train/components.h)
   int64_t warmup_steps = 0;       // cosine
   double min_lr = 0.0;            // cosine: the floor reached at the last step
   int64_t step_size = 1000;       // step: decay period
@@ -153,6 +156,17 @@ struct EvalConfig {
   int64_t sample_tokens = 200;  // gpt: length of the text sample printed at the end; 0: none
 };
 
+// Values of the settings that registered components declare (apps/train/components.h), by full key
+// ("optim.lion.beta2"), in the map of their type (String and Choice in `strings`). A default-constructed
+// one holds every registered default.
+struct ComponentSettings {
+  ComponentSettings();
+  std::map<std::string, int64_t> ints;
+  std::map<std::string, double> floats;
+  std::map<std::string, bool> bools;
+  std::map<std::string, std::string> strings;
+};
+
 struct Config {
   ModelConfig model;
   DataConfig data;
@@ -163,6 +177,7 @@ struct Config {
   CheckpointConfig checkpoint;
   LoggingConfig logging;
   EvalConfig eval;
+  ComponentSettings components;
 
   // Provenance (not keys): the file and overrides this config came from.
   std::string source_file;

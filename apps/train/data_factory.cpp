@@ -4,6 +4,7 @@
 #include <cmath>
 #include <vector>
 
+#include "components.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "data/counter_random.h"
@@ -147,6 +148,10 @@ std::shared_ptr<data::Dataset> make_synthetic_images(int64_t num_samples, int64_
 
 DataBundle make_data(const Config& c) {
   const DataConfig& d = c.data;
+  // A registered dataset (apps/train/datasets/) builds itself.
+  if (const auto* entry = datasets().find(d.kind)) {
+    return entry->make.make(c, Settings(c, "data." + d.kind, entry->settings));
+  }
   const auto seed = static_cast<uint64_t>(c.training.seed);
   DataBundle out;
   if (d.kind == "tokens" || d.kind == "text" || d.kind == "synthetic_tokens") {

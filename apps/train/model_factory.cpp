@@ -4,6 +4,7 @@
 
 #include <spdlog/fmt/fmt.h>
 
+#include "components.h"
 #include "core/error.h"
 #include "core/ops.h"
 #include "layers/activation.h"
@@ -52,7 +53,15 @@ std::shared_ptr<nn::Module> make_cnn(const CnnConfig& cfg, const DataShape& shap
 
 Model::Model(const Config& config, const DataShape& shape, Generator& gen) : kind_(config.model.kind) {
   regression_ = shape.regression;
-  if (kind_ == "gpt") {
+  if (const auto* entry = models().find(kind_)) {
+    // A registered model (apps/train/models/).
+    ModelParts parts = entry->make(config, Settings(config, "model." + kind_, entry->settings), shape, gen);
+    DPT_CHECK(parts.module != nullptr && parts.loss, "model.kind {}: its factory returned no module or no loss", kind_);
+    module_ = std::move(parts.module);
+    registered_loss_ = std::move(parts.loss);
+    flops_per_unit_ = parts.flops_per_unit;
+    description_ = fmt::format("{} ({})", parts.description, millions(module_->num_parameters()));
+  } else if (kind_ == "gpt") {
     const GptConfig& g = config.model.gpt;
     nn::GPTConfig gc;
     gc.vocab_size = g.vocab_size > 0 ? g.vocab_size : shape.vocab_size;
@@ -65,12 +74,14 @@ Model::Model(const Config& config, const DataShape& shape, Generator& gen) : kin
     gc.n_embd = g.n_embd;
     gc.dropout = g.dropout;
     gc.bias = g.bias;
+    gc.ffn = g.ffn;
     seq_len_ = shape.seq_len;
     module_ = std::make_shared<nn::GPT>(gc, gen);
     flops_per_unit_ =
         nn::gpt_flops_per_token(module_->num_parameters(), gc.n_layer, gc.n_embd, shape.seq_len, gc.block_size);
-    description_ = fmt::format("gpt: {} layers, {} heads, width {}, vocab {}, context {}{}{} ({})", gc.n_layer,
+    description_ = fmt::format("gpt: {} layers, {} heads, width {}, vocab {}, context {}{}{}{} ({})", gc.n_layer,
                                gc.n_head, gc.n_embd, gc.vocab_size, gc.block_size, gc.bias ? "" : ", no biases",
+                               gc.ffn == "mlp" ? "" : ", " + gc.ffn + " feed-forward",
                                gc.dropout > 0 ? fmt::format(", dropout {:g}", gc.dropout) : "",
                                millions(module_->num_parameters()));
   } else if (kind_ == "mlp") {
@@ -93,6 +104,7 @@ Model::Model(const Config& config, const DataShape& shape, Generator& gen) : kin
 }
 
 Tensor Model::loss(const data::Batch& batch, DType compute) const {
+  if (registered_loss_) return registered_loss_(*module_, batch, compute);
   if (is_gpt()) return static_cast<nn::GPT&>(*module_).loss(batch.input, batch.target);
   Tensor out = module_->forward(batch.input.to(compute));
   if (regression_) return nn::mse(out.to(DType::Float32), batch.target);

@@ -35,15 +35,15 @@ bool is_computation_key(const std::string& key) {
          std::find(std::begin(kTraining), std::end(kTraining), key) != std::end(kTraining);
 }
 
-std::string as_lines(const Settings& settings) {
+std::string as_lines(const RunSettings& settings) {
   std::string out;
   for (const auto& [key, value] : settings) out += key + "=" + value + "\n";
   return out;
 }
 
 // Values are one line of YAML, so a line splits at its first '=' (keys hold none).
-Settings parse_lines(const std::string& text) {
-  Settings out;
+RunSettings parse_lines(const std::string& text) {
+  RunSettings out;
   std::istringstream in(text);
   for (std::string line; std::getline(in, line);) {
     const auto eq = line.find('=');
@@ -55,7 +55,7 @@ Settings parse_lines(const std::string& text) {
 
 }  // namespace
 
-Settings computation_settings(const Config& config, int world_size) {
+RunSettings computation_settings(const Config& config, int world_size) {
   // Input paths as absolute ones: the same file reached from another working directory (or through the
   // config's directory) is the same data.
   Config resolved = config;
@@ -64,14 +64,14 @@ Settings computation_settings(const Config& config, int world_size) {
     std::error_code ec;
     if (!path->empty()) *path = std::filesystem::weakly_canonical(std::filesystem::absolute(*path), ec).string();
   }
-  Settings out;
+  RunSettings out;
   for (auto& [key, value] : config_values(resolved))
     if (is_computation_key(key)) out.emplace_back(std::move(key), std::move(value));
   out.emplace_back("world_size", std::to_string(world_size));
   return out;
 }
 
-std::string settings_hash(const Settings& settings) {
+std::string settings_hash(const RunSettings& settings) {
   uint64_t h = 0xcbf29ce484222325ull;  // FNV-1a offset basis and prime (64-bit)
   for (unsigned char c : as_lines(settings)) {
     h ^= c;
@@ -80,18 +80,18 @@ std::string settings_hash(const Settings& settings) {
   return fmt::format("{:016x}", h);
 }
 
-void record_settings(const Settings& settings, SafetensorsMetadata& extra) {
+void record_settings(const RunSettings& settings, SafetensorsMetadata& extra) {
   extra[kSettingsKey] = as_lines(settings);
   extra[kHashKey] = settings_hash(settings);
 }
 
-std::optional<std::vector<std::string>> settings_changes(const SafetensorsMetadata& extra, const Settings& current) {
+std::optional<std::vector<std::string>> settings_changes(const SafetensorsMetadata& extra, const RunSettings& current) {
   auto hash = extra.find(kHashKey);
   auto lines = extra.find(kSettingsKey);
   if (hash == extra.end() || lines == extra.end()) return std::nullopt;
   std::vector<std::string> changes;
   if (hash->second == settings_hash(current)) return changes;
-  const Settings saved = parse_lines(lines->second);
+  const RunSettings saved = parse_lines(lines->second);
   std::map<std::string, std::string> old_values(saved.begin(), saved.end());
   for (const auto& [key, value] : current) {
     auto it = old_values.find(key);

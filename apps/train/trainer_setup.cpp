@@ -9,6 +9,7 @@
 #include <string>
 
 #include "checkpointing.h"
+#include "components.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "distributed/data_parallel.h"
@@ -17,8 +18,6 @@
 #include "layers/flops.h"
 #include "layers/gpt.h"
 #include "memory_estimate.h"
-#include "optim/adam.h"
-#include "optim/sgd.h"
 #include "run_settings.h"
 #include "stop_signal.h"
 #include "trainer.h"
@@ -213,24 +212,12 @@ void Trainer::check_settings_unchanged(const optim::Checkpoint& checkpoint, cons
 
 namespace {
 
-// optim.kind over `groups` (the whole model's, or, sharded, this rank's pieces of it).
-std::unique_ptr<optim::Optimizer> make_optimizer(const OptimConfig& o, std::vector<optim::ParamGroup> groups) {
-  if (o.kind == "sgd") {
-    optim::SgdOptions so;
-    so.lr = o.lr;
-    so.momentum = o.momentum;
-    so.nesterov = o.nesterov;
-    so.weight_decay = o.weight_decay;
-    return std::make_unique<optim::SGD>(std::move(groups), so);
-  }
-  optim::AdamOptions ao;
-  ao.lr = o.lr;
-  ao.beta1 = o.beta1;
-  ao.beta2 = o.beta2;
-  ao.eps = o.eps;
-  ao.weight_decay = o.weight_decay;
-  if (o.kind == "adamw") return std::make_unique<optim::AdamW>(std::move(groups), ao);
-  return std::make_unique<optim::Adam>(std::move(groups), ao, /*decoupled_weight_decay=*/false);
+// optim.kind over `groups` (the whole model's, or, sharded, this rank's pieces of it), from the registry
+// (apps/train/optimizers/); the config only lets registered names through.
+std::unique_ptr<optim::Optimizer> make_optimizer(const Config& config, std::vector<optim::ParamGroup> groups) {
+  const auto* entry = optimizers().find(config.optim.kind);
+  DPT_CHECK(entry != nullptr, "optim.kind: '{}' is not a registered optimizer", config.optim.kind);
+  return entry->make(config, Settings(config, "optim." + config.optim.kind, entry->settings), std::move(groups));
 }
 
 }  // namespace
@@ -258,7 +245,7 @@ void Trainer::setup_optimizer() {
   // Sharded (distributed.zero or gathered_grads), the optimizer is built over this rank's pieces once DDP
   // exists (below).
   const bool sharded = (config_.distributed.zero || config_.distributed.gathered_grads) && group_ != nullptr;
-  if (!sharded) optimizer_ = make_optimizer(o, groups);
+  if (!sharded) optimizer_ = make_optimizer(config_, groups);
   if (resume_from_) {
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
     const auto& extra = resume_from_->state.extra;
@@ -290,15 +277,11 @@ void Trainer::setup_optimizer() {
           config_.training.batch_size, config_.training.grad_accum, saved_batch, saved_accum);
     }
   }
-  optim::LrScheduleConfig sc;
-  sc.kind = config_.schedule.kind;
-  sc.lr = o.lr;
-  sc.warmup_steps = config_.schedule.warmup_steps;
-  sc.total_steps = total_steps_;
-  sc.min_lr = config_.schedule.min_lr;
-  sc.step_size = config_.schedule.step_size;
-  sc.gamma = config_.schedule.gamma;
-  schedule_ = optim::make_lr_schedule(sc);
+  // schedule.kind from the registry (apps/train/schedules/).
+  const auto* schedule = schedules().find(config_.schedule.kind);
+  DPT_CHECK(schedule != nullptr, "schedule.kind: '{}' is not a registered schedule", config_.schedule.kind);
+  schedule_ =
+      schedule->make(config_, Settings(config_, "schedule." + config_.schedule.kind, schedule->settings), total_steps_);
   if (group_) {
     dist::DataParallelOptions dp;
     dist::DDPOptions& d = dp.ddp;
@@ -315,7 +298,7 @@ void Trainer::setup_optimizer() {
                                                  : dist::Sharding::GatheredGrads;
     // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
     dp.timing = dist::UpdateTiming::OnStep;
-    auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(o, std::move(pieces)); };
+    auto make_shard = [&](std::vector<optim::ParamGroup> pieces) { return make_optimizer(config_, std::move(pieces)); };
     dist::DataParallel wrapped;
     try {
       wrapped = dist::wrap_data_parallel(model_->module(), group_, dp, optimizer_.get(), groups, make_shard);

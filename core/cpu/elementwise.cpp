@@ -44,6 +44,10 @@ C apply_unary(UnaryOp op, C x, C s) {
       return std::tanh(x);
     case UnaryOp::Sigmoid:
       return 1 / (1 + std::exp(-x));
+    case UnaryOp::Sign:
+      return x > 0 ? C(1) : x < 0 ? C(-1) : x;  // x itself keeps 0 and NaN
+    case UnaryOp::Abs:
+      return std::abs(x);
     case UnaryOp::ReluGrad:
       return x > 0 ? C(1) : C(0);
     case UnaryOp::GeluGrad:
@@ -108,6 +112,26 @@ void binary(BinaryOp op, const Tensor& a, const Tensor& b, const Tensor& out) {
     for_each_strided<2>(out.shape(), {&a.strides(), &b.strides()}, [&](int64_t i, const std::array<int64_t, 2>& o) {
       po[i] = convert<T>(apply_binary<C>(op, convert<C>(pa[o[0]]), convert<C>(pb[o[1]])));
     });
+  });
+}
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DPT_CHECK(cond.dtype() == out.dtype() && a.dtype() == out.dtype() && b.dtype() == out.dtype(),
+            "where kernel: dtypes {}, {} and {} into {}", dtype_name(cond.dtype()), dtype_name(a.dtype()),
+            dtype_name(b.dtype()), dtype_name(out.dtype()));
+  DPT_CHECK(cond.shape() == out.shape() && a.shape() == out.shape() && b.shape() == out.shape() && out.is_contiguous(),
+            "where kernel: operands {}, {} and {} must be views broadcast to the contiguous output {}",
+            shape_str(cond.shape()), shape_str(a.shape()), shape_str(b.shape()), shape_str(out.shape()));
+  visit_all(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pc = cond.data<T>();
+    const T* pa = a.data<T>();
+    const T* pb = b.data<T>();
+    T* po = out.data<T>();
+    for_each_strided<3>(out.shape(), {&cond.strides(), &a.strides(), &b.strides()},
+                        [&](int64_t i, const std::array<int64_t, 3>& o) {
+                          po[i] = convert<float>(pc[o[0]]) != 0.0f ? pa[o[1]] : pb[o[2]];
+                        });
   });
 }
 

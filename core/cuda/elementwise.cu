@@ -60,6 +60,8 @@ __device__ __forceinline__ C apply_unary(C x, C s) {
   if constexpr (Op == UnaryOp::Gelu) return C(0.5) * x * (C(1) + d_tanh(k * (x + c * x * x * x)));
   if constexpr (Op == UnaryOp::Tanh) return d_tanh(x);
   if constexpr (Op == UnaryOp::Sigmoid) return C(1) / (C(1) + d_exp(-x));
+  if constexpr (Op == UnaryOp::Sign) return x > C(0) ? C(1) : x < C(0) ? C(-1) : x;  // x keeps 0 and NaN
+  if constexpr (Op == UnaryOp::Abs) return x < C(0) ? -x : x;
   if constexpr (Op == UnaryOp::ReluGrad) return x > C(0) ? C(1) : C(0);
   if constexpr (Op == UnaryOp::GeluGrad) {
     const C t = d_tanh(k * (x + c * x * x * x));
@@ -124,6 +126,10 @@ void unary_typed(UnaryOp op, const Tensor& in, const Tensor& out, double s, int 
       return launch_unary<T, UnaryOp::Tanh>(in, out, s, device);
     case UnaryOp::Sigmoid:
       return launch_unary<T, UnaryOp::Sigmoid>(in, out, s, device);
+    case UnaryOp::Sign:
+      return launch_unary<T, UnaryOp::Sign>(in, out, s, device);
+    case UnaryOp::Abs:
+      return launch_unary<T, UnaryOp::Abs>(in, out, s, device);
     case UnaryOp::ReluGrad:
       return launch_unary<T, UnaryOp::ReluGrad>(in, out, s, device);
     case UnaryOp::GeluGrad:
@@ -251,7 +257,52 @@ void launch_binary(const Tensor& a, const Tensor& b, const Tensor& out, int devi
   DPT_CUDA_CHECK_LAUNCH();
 }
 
+// --- where -----------------------------------------------------------------------------------------
+
+// One strided walk over three operands; a select is cheap enough that the offsets dominate, so there is
+// no contiguous fast path to keep in step with the CPU.
+template <class T, class I>
+__global__ void where_kernel(const T* __restrict__ cond, const T* __restrict__ a, const T* __restrict__ b,
+                             T* __restrict__ out, I n, StridedShape<3> shape) {
+  const I stride = static_cast<I>(gridDim.x) * blockDim.x;
+  for (I i = static_cast<I>(blockIdx.x) * blockDim.x + threadIdx.x; i < n; i += stride) {
+    int64_t off[3];
+    shape.offsets(i, off);
+    out[i] = convert<float>(cond[off[0]]) != 0.0f ? a[off[1]] : b[off[2]];
+  }
+}
+
 }  // namespace
+
+void where(const Tensor& cond, const Tensor& a, const Tensor& b, const Tensor& out) {
+  DPT_CHECK(cond.dtype() == out.dtype() && a.dtype() == out.dtype() && b.dtype() == out.dtype(),
+            "where kernel (CUDA): dtypes {}, {} and {} into {}", dtype_name(cond.dtype()), dtype_name(a.dtype()),
+            dtype_name(b.dtype()), dtype_name(out.dtype()));
+  DPT_CHECK(cond.shape() == out.shape() && a.shape() == out.shape() && b.shape() == out.shape() && out.is_contiguous(),
+            "where kernel (CUDA): operands {}, {} and {} must be views broadcast to the contiguous output {}",
+            shape_str(cond.shape()), shape_str(a.shape()), shape_str(b.shape()), shape_str(out.shape()));
+  const int device = device_of(out, {&cond, &a, &b}, "where kernel");
+  const int64_t n = out.numel();
+  if (n == 0) return;
+  cuda::DeviceGuard guard(device);
+  StridedShape<3> shape =
+      make_strided_shape<3>(out.shape(), {&cond.strides(), &a.strides(), &b.strides()}, "where kernel");
+  cudaStream_t stream = cuda::current_stream(device);
+  visit_all(out.dtype(), [&](auto tag) {
+    using T = decltype(tag);
+    const T* pc = ptr<const T>(cond);
+    const T* pa = ptr<const T>(a);
+    const T* pb = ptr<const T>(b);
+    T* po = ptr<T>(out);
+    if (n < (int64_t{1} << 31)) {
+      where_kernel<T, uint32_t>
+          <<<grid_for(n, device), kThreads, 0, stream>>>(pc, pa, pb, po, static_cast<uint32_t>(n), shape);
+    } else {
+      where_kernel<T, int64_t><<<grid_for(n, device), kThreads, 0, stream>>>(pc, pa, pb, po, n, shape);
+    }
+    DPT_CUDA_CHECK_LAUNCH();
+  });
+}
 
 void unary(UnaryOp op, const Tensor& in, const Tensor& out, double scalar) {
   DPT_CHECK(in.dtype() == out.dtype() && in.shape() == out.shape() && in.is_contiguous() && out.is_contiguous(),

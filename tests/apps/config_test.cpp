@@ -162,7 +162,8 @@ TEST(ConfigErrors, OutOfRangeValuesAndChoices) {
   expect_problem("training:\n  batch_size: 0\n", {"training.batch_size", "expected an integer >= 1, got 0"});
   expect_problem("optim:\n  lr: -0.1\n", {"optim.lr", "in (0, 100], got -0.1"});
   expect_problem("model:\n  gpt:\n    dropout: 1.5\n", {"model.gpt.dropout", "in [0, 1], got 1.5"});
-  expect_problem("optim:\n  kind: adamm\n", {"optim.kind", "one of adamw | adam | sgd, got 'adamm'", "did you mean"});
+  expect_problem("optim:\n  kind: adamm\n",
+                 {"optim.kind", "one of adamw | adam | sgd | lion, got 'adamm'", "did you mean"});
   expect_problem("training:\n  precision: fp8\n", {"training.precision", "fp32 | bf16 | fp16", "'fp8'"});
   expect_problem("training:\n  device: tpu\n", {"training.device", "auto | cpu | cuda | cuda:N", "'tpu'"});
   expect_problem("training:\n  device: cuda:x\n", {"training.device", "cuda:N"});

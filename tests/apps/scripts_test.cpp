@@ -4,6 +4,7 @@
 // scripts/gpu-convergence.sh is checked on loss curves of known distances (its table needs no GPU).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <filesystem>
 #include <fstream>
@@ -199,6 +200,28 @@ TEST(ReadmeCommands, TheReadmeOpensWithTheTwoCommandsAndNamesOnlyFilesThatExist)
     EXPECT_TRUE(fs::exists(kSource + "/" + it->str())) << "README names a missing file: " << it->str();
   }
   EXPECT_NE(readme.find("## Performance"), std::string::npos);
+  // A front door: short, and everything it points to is in the repository.
+  EXPECT_LE(std::count(readme.begin(), readme.end(), '\n'), 150) << "README.md is longer than 150 lines";
+}
+
+TEST(Docs, NameOnlyFilesThatExistAndLinkNothingOutsideTheRepository) {
+  const std::regex path(
+      R"((configs|scripts|layers|tests|docs|bench|apps|distributed|core|optim|data)/[A-Za-z0-9_./-]+\.(yaml|sh|h|cpp|cu|md|py|png))");
+  std::vector<fs::path> pages{kSource + "/README.md"};
+  for (const auto& entry : fs::directory_iterator(kSource + "/docs")) {
+    if (entry.path().extension() == ".md") pages.push_back(entry.path());
+  }
+  for (const fs::path& page : pages) {
+    const std::string text = read_text(page.string());
+    EXPECT_EQ(text.find("http://"), std::string::npos) << page << " links outside the repository";
+    EXPECT_EQ(text.find("https://"), std::string::npos) << page << " links outside the repository";
+    for (auto it = std::sregex_iterator(text.begin(), text.end(), path); it != std::sregex_iterator(); ++it) {
+      const std::string name = it->str();
+      if (name.find('*') != std::string::npos) continue;
+      EXPECT_TRUE(fs::exists(kSource + "/" + name))
+          << page.filename() << " names a missing file: " << name;
+    }
+  }
 }
 
 }  // namespace
