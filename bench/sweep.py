@@ -49,7 +49,8 @@ def run(cmd, log):
 def dptrain_step_ms(train, config, run_dir, steps, log):
     """Median logged step time of a dpt-train run with default settings (first interval left out)."""
     rc = run([train, "--config", config, "--set", f"training.steps={steps}", "--set", "logging.every=5",
-              "--set", f"checkpoint.dir={run_dir}", "--set", "checkpoint.resume=never", "--set", "eval.every=0",
+              "--set", f"checkpoint.dir={run_dir}", "--set", f"logging.metrics_file={run_dir}/metrics.jsonl",
+              "--set", "checkpoint.resume=never", "--set", "eval.every=0",
               "--set", "eval.batches=1", "--set", "logging.progress_bar=false"], log)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if rc != 0 or not os.path.exists(metrics):
@@ -83,7 +84,7 @@ def main():
     os.environ["DPT_TRAIN"] = args.train
     shapes = [("gpt", s) for s in (args.gpt or ([] if args.mlp else GPT_GRID))]
     shapes += [("mlp", s) for s in (args.mlp or ([] if args.gpt else MLP_GRID))]
-    modes = args.modes.split(",")
+    modes = [m for m in args.modes.split(",") if m]  # empty: dptrain only
     results = []
     print(f"{'family':<6} {'shape':<16} {'dptrain ms':>10} " + " ".join(f"{m + ' ms':>18}" for m in modes) +
           f" {'ratio':>7}", flush=True)
