@@ -7,9 +7,9 @@
 // UpdateTiming::WhenReduced (CUDA) it is queued on the update stream the moment bucket k's AllReduce is
 // launched, so it also overlaps the rest of backward.
 //
-// On 2 x H200 neither is faster everywhere (docs/performance.md): the update stream
-// gained 1-4% on the MLP and lost 0.7% on GPT-2, whose AdamW then competes with backward for memory
-// bandwidth. On CPU (Gloo) the updates always run at the end of backward.
+// Neither is faster everywhere (docs/performance.md): on the update stream a large model's AdamW
+// competes with backward for memory bandwidth. On CPU (Gloo) the updates always run at the end of
+// backward.
 //
 // After this call, `loss.backward()` performs the whole optimizer step: do not call opt.step() too.
 // Every parameter's update depends only on its own averaged gradient, so the result equals backward +
