@@ -5,12 +5,14 @@
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
+#include <filesystem>
 #include <memory>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
 
 #include "command_line.h"
+#include "config.h"
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -34,59 +36,72 @@ namespace dpt::bench {
 
 namespace {
 
+// The model and batch of a workload, read from its dpt-train config (configs/bench_<name>.yaml, or any
+// config given with --config): the config is the one definition a workload has, shared with dpt-train and
+// bench/pytorch_reference.py. The benchmark's own optimizer (AdamW, below) and random batches replace the
+// config's optimizer and data.
 struct Workload {
   std::string name;
   bool gpt = true;
   nn::GPTConfig gpt_config;
   std::vector<int64_t> mlp_sizes;
+  std::string activation = "relu";
   int64_t batch = 0;
 };
 
-Workload workload(const std::string& name) {
+Workload workload(const std::string& name, const std::string& config_file) {
+  const std::string path = config_file.empty() ? std::string(DPT_CONFIG_DIR) + "/bench_" + name + ".yaml" : config_file;
+  DPT_CHECK(config_file.empty() || std::filesystem::exists(path), "dpt-bench train: no config file '{}'", path);
+  DPT_CHECK(!config_file.empty() || std::filesystem::exists(path),
+            "dpt-bench train: unknown workload '{}' (no {}; the workloads are configs/bench_*.yaml)", name, path);
+  train::LoadOptions load;
+  load.check_files = false;   // the data is not read: batches are random
+  load.check_device = false;  // --device decides
+  const train::Config c = train::load_config(path, {}, load);
   Workload w;
-  w.name = name;
-  if (name == "gpt2_124m" || name == "tiny_gpt") {
-    bool big = name == "gpt2_124m";
-    w.gpt_config.vocab_size = big ? 50304 : 4096;
-    w.gpt_config.block_size = big ? 1024 : 256;
-    w.gpt_config.n_layer = big ? 12 : 4;
-    w.gpt_config.n_head = big ? 12 : 4;
-    w.gpt_config.n_embd = big ? 768 : 256;
-    w.batch = big ? 16 : 32;
-  } else if (name == "mlp_92m") {
+  w.name = config_file.empty() ? name : std::filesystem::path(path).stem().string();
+  w.batch = c.training.batch_size;
+  if (c.model.kind == "gpt") {
+    const train::GptConfig& g = c.model.gpt;
+    w.gpt_config.vocab_size = g.vocab_size > 0 ? g.vocab_size : c.data.vocab_size;
+    w.gpt_config.block_size = g.block_size > 0 ? g.block_size : c.data.seq_len;
+    w.gpt_config.n_layer = g.n_layer;
+    w.gpt_config.n_head = g.n_head;
+    w.gpt_config.n_embd = g.n_embd;
+    w.gpt_config.bias = g.bias;
+  } else if (c.model.kind == "mlp") {
     w.gpt = false;
-    w.mlp_sizes = {1024, 4096, 4096, 4096, 4096, 4096, 4096, 1000};
-    w.batch = 512;
-  } else if (name == "mlp_small") {  // seconds on a CPU: for testing the benchmark tools themselves
-    w.gpt = false;
-    w.mlp_sizes = {64, 128, 128, 10};
-    w.batch = 32;
+    w.mlp_sizes.push_back(c.data.num_features);
+    w.mlp_sizes.insert(w.mlp_sizes.end(), c.model.mlp.hidden.begin(), c.model.mlp.hidden.end());
+    w.mlp_sizes.push_back(c.data.num_classes);
+    w.activation = c.model.mlp.activation;
   } else {
-    DPT_FAIL("dpt-bench train: unknown workload '{}' (gpt2_124m, mlp_92m, tiny_gpt, mlp_small)", name);
+    DPT_FAIL("dpt-bench train: {}: model.kind {} is not benchmarked (gpt or mlp)", path, c.model.kind);
   }
   return w;
 }
 
 struct Args {
   std::string workload = "tiny_gpt";
+  std::string config;  // instead of --workload: any dpt-train config of a GPT or an MLP
   int steps = 30;
   int warmup = 5;
   std::string precision = "bf16";
   std::string device = "auto";
   double peak_tflops = 0;  // 0: from the device name
   double bucket_cap_mb = 25;
-  std::string comm_dtype;  // empty: the gradients' dtype
-  bool overlap_optimizer = false;  // with DDP: the optimizer step per bucket inside backward
+  std::string comm_dtype;             // empty: the gradients' dtype
+  bool overlap_optimizer = false;     // with DDP: the optimizer step per bucket inside backward
   bool updates_when_reduced = false;  // with --overlap-optimizer or --zero: UpdateTiming::WhenReduced
-  bool unfused_master = false;     // bf16: float32 master gradients and a separate bf16 copy pass
-  bool zero = false;               // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
-  bool gathered_grads = false;     // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
-  bool copy_engines = false;  // with --zero: reduce-scatters and all-gathers on the copy engines (DDPOptions)
-  std::string save_start;  // non-empty: write the initial float32 parameters and the batch here (rank 0)
-  bool cuda_graph = false;  // capture one step after warm-up and replay it (one launch per step)
-  bool held = false;       // also time steps on a held stream: the GPU time without launch gaps
-  bool losses = false;     // print every step's loss, warm-up included, as "losses" in the JSON line
-  std::string batches = "repeat";  // repeat: one batch for every step; random: a fresh batch each step
+  bool unfused_master = false;        // bf16: float32 master gradients and a separate bf16 copy pass
+  bool zero = false;                  // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
+  bool gathered_grads = false;        // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
+  bool copy_engines = false;          // with --zero: reduce-scatters and all-gathers on the copy engines (DDPOptions)
+  std::string save_start;             // non-empty: write the initial float32 parameters and the batch here (rank 0)
+  bool cuda_graph = false;            // capture one step after warm-up and replay it (one launch per step)
+  bool held = false;                  // also time steps on a held stream: the GPU time without launch gaps
+  bool losses = false;                // print every step's loss, warm-up included, as "losses" in the JSON line
+  std::string batches = "repeat";     // repeat: one batch for every step; random: a fresh batch each step
 };
 
 // What the options allow together (each on its own was checked while parsing).
@@ -101,7 +116,8 @@ void check_combinations(const Args& a) {
             "scaling (it reads the overflow flag on the host every step)");
   DPT_CHECK(!a.cuda_graph || a.batches == "repeat",
             "dpt-bench train: --cuda-graph replays the batch it captured: not with --batches random");
-  DPT_CHECK(!a.cuda_graph || a.warmup >= 1, "dpt-bench train: --cuda-graph needs --warmup 1 or more: the first "
+  DPT_CHECK(!a.cuda_graph || a.warmup >= 1,
+            "dpt-bench train: --cuda-graph needs --warmup 1 or more: the first "
             "step creates library handles and buffers, which a capture cannot");
   DPT_CHECK(!a.zero || a.comm_dtype.empty(),
             "dpt-bench train: --zero communicates in the gradients' dtype "
@@ -142,7 +158,7 @@ std::vector<Batch> draw_batches(const Workload& w, int rank, int count, DType co
 
 int run_train_bench(const Args& args) {
   check_combinations(args);
-  Workload w = workload(args.workload);
+  Workload w = workload(args.workload, args.config);
   dist::DistEnv env = dist::read_dist_env();
   Device device = args.device == "auto" ? (cuda::is_available() ? Device::cuda(env.local_rank) : Device::cpu())
                                         : Device::parse(args.device);
@@ -157,7 +173,7 @@ int run_train_bench(const Args& args) {
   if (w.gpt) {
     model = std::make_shared<nn::GPT>(w.gpt_config, gen);
   } else {
-    model = std::make_shared<nn::MLP>(w.mlp_sizes, "relu", gen);
+    model = std::make_shared<nn::MLP>(w.mlp_sizes, w.activation, gen);
   }
   n_params = model->num_parameters();
   model->to(device);
@@ -210,9 +226,9 @@ int run_train_bench(const Args& args) {
                   : args.zero         ? dist::Sharding::Zero
                                       : dist::Sharding::None;
     // Gathered gradients always update as each layer's gradients are formed.
-    const dist::UpdateTiming in_backward =
-        args.updates_when_reduced || args.gathered_grads ? dist::UpdateTiming::WhenReduced
-                                                         : dist::UpdateTiming::AtBackwardEnd;
+    const dist::UpdateTiming in_backward = args.updates_when_reduced || args.gathered_grads
+                                               ? dist::UpdateTiming::WhenReduced
+                                               : dist::UpdateTiming::AtBackwardEnd;
     dp.timing = args.zero || args.overlap_optimizer ? in_backward : dist::UpdateTiming::OnStep;
     auto make_shard = [&](std::vector<optim::ParamGroup> g) -> std::unique_ptr<optim::Optimizer> {
       auto shard = std::make_unique<optim::AdamW>(std::move(g), adam);
@@ -235,7 +251,8 @@ int run_train_bench(const Args& args) {
   // all-gathers).
   DPT_CHECK(!args.cuda_graph || device.is_cuda(), "dpt-bench train: --cuda-graph runs on a GPU (device {})",
             device.str());
-  DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(), "dpt-bench train: --cuda-graph needs bf16 with fused "
+  DPT_CHECK(!args.cuda_graph || twins || !mp.enabled(),
+            "dpt-bench train: --cuda-graph needs bf16 with fused "
             "master updates or fp32 (not --unfused-master)");
   if (args.cuda_graph) opt.count_steps_on_device();  // replays advance the step on the device
 
@@ -301,11 +318,10 @@ int run_train_bench(const Args& args) {
   }
   std::sort(times.begin(), times.end());
   double median = times[times.size() / 2];
-  double flops_per_step =
-      w.gpt ? nn::gpt_flops_per_token(n_params, w.gpt_config.n_layer, w.gpt_config.n_embd, w.gpt_config.block_size,
-                                      w.gpt_config.block_size) *
-                  units_per_step
-            : nn::mlp_flops_per_sample(n_params) * units_per_step;
+  double flops_per_step = w.gpt ? nn::gpt_flops_per_token(n_params, w.gpt_config.n_layer, w.gpt_config.n_embd,
+                                                          w.gpt_config.block_size, w.gpt_config.block_size) *
+                                      units_per_step
+                                : nn::mlp_flops_per_sample(n_params) * units_per_step;
   std::string device_name = device.is_cuda() ? cuda::device_name(device.index) : "cpu";
   double peak = args.peak_tflops > 0 ? args.peak_tflops : nn::peak_bf16_tflops(device_name.c_str());
   double mfu = flops_per_step / median / (peak * 1e12);
@@ -359,10 +375,11 @@ int run_train_bench(const Args& args) {
     ddp->set_record_timing(false);
   }
   if (env.rank == 0) {
-    std::printf("dpt-bench train: %s %s%s on %s x%d: %.0f %s per GPU, step %.2f ms, MFU %.1f%%, peak %.2f GiB, "
-                "loss %.4f\n",
-                w.name.c_str(), graph ? "(CUDA graph) " : "", args.precision.c_str(), device_name.c_str(),
-                env.world_size, units_per_step / median, w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
+    std::printf(
+        "dpt-bench train: %s %s%s on %s x%d: %.0f %s per GPU, step %.2f ms, MFU %.1f%%, peak %.2f GiB, "
+        "loss %.4f\n",
+        w.name.c_str(), graph ? "(CUDA graph) " : "", args.precision.c_str(), device_name.c_str(), env.world_size,
+        units_per_step / median, w.gpt ? "tokens/s" : "samples/s", median * 1e3, mfu * 100, peak_gib, final_loss);
     // One JSON line for scripts (scaling, scripts/gpu-*.sh), in the keys' order of bench/pytorch_reference.py's.
     // A non-finite loss is null (JSON has no NaN).
     nlohmann::ordered_json result = {{"system", graph ? "dptrain+graph" : "dptrain"},
@@ -385,20 +402,24 @@ int run_train_bench(const Args& args) {
     if (args.losses) result["losses"] = losses;
     std::printf("%s\n", json_line(result).c_str());
     if (held_ms > 0)
-      std::printf("dpt-bench train: GPU time of a step with the host ahead %.3f ms: %.3f ms of the step waited for "
-                  "launches\n", held_ms, median * 1e3 - held_ms);
+      std::printf(
+          "dpt-bench train: GPU time of a step with the host ahead %.3f ms: %.3f ms of the step waited for "
+          "launches\n",
+          held_ms, median * 1e3 - held_ms);
     if (gathered) {
-      std::printf("dpt-bench train: Linear gradients formed from all-gathered inputs and output gradients "
-                  "(GatheredLinearZero)\n");
+      std::printf(
+          "dpt-bench train: Linear gradients formed from all-gathered inputs and output gradients "
+          "(GatheredLinearZero)\n");
     } else if (ddp && device.is_cuda()) {
       std::printf("dpt-bench train: gradients averaged by %s\n", ddp->exchange_name().c_str());
     }
     if (ddp && device.is_cuda()) {
-      std::printf("dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward%s (%.1f%% "
-                  "hidden)%s\n",
-                  comm_ms, exposed_ms, gathered ? " and the updates" : "",
-                  comm_ms > 0 ? 100.0 * (1.0 - exposed_ms / comm_ms) : 100.0,
-                  graph ? " in one eager step (events cannot time a replay's collectives)" : "");
+      std::printf(
+          "dpt-bench train: communication %.3f ms per step, %.3f ms exposed after backward%s (%.1f%% "
+          "hidden)%s\n",
+          comm_ms, exposed_ms, gathered ? " and the updates" : "",
+          comm_ms > 0 ? 100.0 * (1.0 - exposed_ms / comm_ms) : 100.0,
+          graph ? " in one eager step (events cannot time a replay's collectives)" : "");
     }
   }
   return 0;
@@ -408,8 +429,11 @@ int run_train_bench(const Args& args) {
 
 SubcommandRun setup_train_bench(CLI::App& app) {
   auto a = std::make_shared<Args>();
-  app.add_option("--workload", a->workload, "gpt2_124m, mlp_92m, tiny_gpt or mlp_small (seconds on a CPU)")
+  app.add_option("--workload", a->workload,
+                 "configs/bench_<name>.yaml: gpt2_124m, mlp_92m, tiny_gpt or mlp_small (seconds on a CPU)")
       ->capture_default_str();
+  app.add_option("--config", a->config, "any dpt-train config of a GPT or an MLP, instead of --workload")
+      ->check(CLI::ExistingFile);
   app.add_option("--steps", a->steps, "timed steps")->check(cli::at_least(1))->capture_default_str();
   app.add_option("--warmup", a->warmup, "untimed steps before them")->check(cli::at_least(0))->capture_default_str();
   app.add_option("--precision", a->precision, "compute precision (float32 masters under bf16 and fp16)")
