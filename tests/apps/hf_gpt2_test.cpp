@@ -281,5 +281,38 @@ TEST(HfGpt2, DptExportHfAndInitFromWorkOnATrainedRun) {
       << cnn.output;
 }
 
+// Hugging Face's own model on the export: transformers.GPT2LMHeadModel.from_pretrained loads the folder
+// and gives dptrain's loss on the same tokens (scripts/check-hf-export.py, within 1e-4 relative). Runs
+// where Python has torch and transformers (the GPU machines), is skipped elsewhere.
+TEST(HfGpt2, TransformersLoadsTheExportAndGivesTheSameLoss) {
+  if (run_shell("python3 -c 'import torch, transformers'").exit_code != 0) {
+    GTEST_SKIP() << "python3 with torch and transformers is not installed";
+  }
+  ScratchDir dir("hf.transformers");
+  data::write_token_file(dir.file("t.bin"), data::synthetic_tokens(4000, 97, 2));
+  const std::vector<std::string> gpt = {"training.device=cpu",
+                                        "training.precision=fp32",
+                                        "model.gpt.n_layer=2",
+                                        "model.gpt.n_head=2",
+                                        "model.gpt.n_embd=32",
+                                        "model.gpt.vocab_size=0",
+                                        "model.gpt.block_size=0",
+                                        "data.seq_len=32",
+                                        "data.path=" + dir.file("t.bin"),
+                                        "data.val_path=" + dir.file("t.bin"),
+                                        "training.batch_size=4",
+                                        "training.steps=20",
+                                        "schedule.warmup_steps=2",
+                                        "eval.batches=1",
+                                        "eval.sample_tokens=0",
+                                        "checkpoint.dir=" + dir.file("run")};
+  ASSERT_EQ(train(config_path("gpt2_124m.yaml"), gpt).exit_code, 0);
+  const RunResult check = run_shell("python3 " + quote(std::string(DPT_SOURCE_DIR) + "/scripts/check-hf-export.py") +
+                                    " " + quote(dir.file("run")) + " " + quote(dir.file("t.bin")) + " --out " +
+                                    quote(dir.file("hf")) + " --tool " + quote(bin("dpt-export-hf")) + " --device cpu");
+  EXPECT_EQ(check.exit_code, 0) << check.output;
+  EXPECT_NE(check.output.find("-> agree"), std::string::npos) << check.output;
+}
+
 }  // namespace
 }  // namespace dpt::train
