@@ -198,7 +198,8 @@ std::vector<Field> build_schema() {
           .help = "non-finite steps skipped before stopping");
   DPT_KEY(Choice, "training.cuda_graph", training.cuda_graph, .choices = {"auto", "true", "false"},
           .help = "replay forward and backward (with DDP's AllReduces) from a CUDA graph after two eager steps: "
-                  "true needs a GPU, grad_accum 1, bf16 or fp32; auto does it whenever one process on a GPU allows it");
+                  "true needs a GPU, grad_accum 1, bf16 or fp32; auto does it whenever the run allows it (also under DDP "
+                  "on NCCL)");
 
   DPT_KEY(Choice, "optim.kind", optim.kind, .choices = {"adamw", "adam", "sgd"}, .help = "optimizer");
   DPT_KEY(Float, "optim.lr", optim.lr, .min = 0, .min_exclusive = true, .max = 100, .help = "peak learning rate");
@@ -226,17 +227,18 @@ std::vector<Field> build_schema() {
           .help = "dtype gradients travel in");
   DPT_KEY(Bool, "distributed.find_unused_parameters", distributed.find_unused_parameters,
           .help = "allow parameters that get no gradient");
-  DPT_KEY(Bool, "distributed.zero", distributed.zero,
-          .help = "ZeRO-1: gradients reduce-scattered, each rank updates and keeps optimizer state for 1/N of "
-                  "the parameters, then all-gathers them (one process: no effect)");
-  DPT_KEY(Bool, "distributed.copy_engines", distributed.copy_engines,
-          .help = "with distributed.zero on GPUs of one host: the reduce-scatters and all-gathers move by the copy "
+  DPT_KEY(Choice, "distributed.strategy", distributed.strategy,
+          .choices = {"auto", "allreduce", "zero", "gathered_grads"},
+          .help = "how gradients are exchanged: allreduce (DDP); zero (ZeRO-1: gradients reduce-scattered, each rank "
+                  "updates and keeps optimizer state for 1/N of the parameters, then all-gathers them); "
+                  "gathered_grads (ZeRO-1 for MLPs without reducing gradients: each layer's inputs and output "
+                  "gradients are all-gathered and each rank forms the averaged gradient of its rows); auto = the "
+                  "fastest measured for the model: gathered_grads for MLPs, zero for GPTs of 50M parameters or "
+                  "more, allreduce otherwise, on CPUs and under fp16 (the run's first lines say which)");
+  DPT_KEY(Choice, "distributed.copy_engines", distributed.copy_engines, .choices = {"auto", "true", "false"},
+          .help = "with strategy zero on GPUs of one host: the reduce-scatters and all-gathers move by the copy "
                   "engines (NCCL symmetric memory, zero-CTA policy), not by NCCL kernels beside backward's; costs a "
-                  "receive buffer the size of the gradients");
-  DPT_KEY(Bool, "distributed.gathered_grads", distributed.gathered_grads,
-          .help = "ZeRO-1 for MLPs without reducing gradients: each layer's inputs and output gradients are "
-                  "all-gathered, each rank forms the averaged gradient of its 1/N of every weight's rows, updates "
-                  "them and all-gathers them (one process: no effect)");
+                  "receive buffer the size of the gradients; auto = when every rank is on one node");
   DPT_KEY(Int, "distributed.timeout_s", distributed.timeout_s, .min = 1, .max = 86400,
           .help = "seconds a collective or rendezvous may take before the rank fails");
   DPT_KEY(Bool, "distributed.debug_checks", distributed.debug_checks,
@@ -868,39 +870,37 @@ class Loader {
     }
   }
 
-  // distributed.zero shards buckets, which are reduce-scattered by NCCL or Gloo in the gradients' dtype.
+  // strategy zero shards buckets, which are reduce-scattered by NCCL or Gloo in the gradients' dtype.
   void check_zero(const Config& c) {
     if (c.training.precision == "fp16") {
-      report("distributed.zero", "needs bf16 or fp32: fp16's loss scaling is not sharded");
+      report("distributed.strategy", "zero needs bf16 or fp32: fp16's loss scaling is not sharded");
     }
     if (c.distributed.comm_dtype != "fp32") {
-      report("distributed.zero", fmt::format("communicates in the gradients' dtype: needs distributed.comm_dtype fp32, "
-                                             "got {}",
-                                             c.distributed.comm_dtype));
+      report("distributed.strategy",
+             fmt::format("zero communicates in the gradients' dtype: needs distributed.comm_dtype fp32, got {}",
+                         c.distributed.comm_dtype));
     }
   }
 
-  // distributed.gathered_grads forms weight gradients from every rank's layer inputs: Linear layers only, one
+  // strategy gathered_grads forms weight gradients from every rank's layer inputs: Linear layers only, one
   // micro-batch per step, in the compute dtype.
   void check_gathered(const Config& c) {
-    if (c.distributed.zero) {
-      report("distributed.gathered_grads", "is ZeRO-1 already: set it or distributed.zero, not both");
-    }
     if (c.model.kind != "mlp") {
-      report("distributed.gathered_grads",
-             fmt::format("shards Linear layers only: needs model.kind mlp, got {}", c.model.kind));
+      report("distributed.strategy",
+             fmt::format("gathered_grads shards Linear layers only: needs model.kind mlp, got {}", c.model.kind));
     }
     if (c.training.precision == "fp16") {
-      report("distributed.gathered_grads", "needs bf16 or fp32: fp16's loss scaling is not sharded");
+      report("distributed.strategy", "gathered_grads needs bf16 or fp32: fp16's loss scaling is not sharded");
     }
     if (c.training.grad_accum > 1) {
-      report("distributed.gathered_grads",
-             fmt::format("gathers each micro-batch's inputs for its own update: needs training.grad_accum 1, got {}",
+      report("distributed.strategy",
+             fmt::format("gathered_grads gathers each micro-batch's inputs for its own update: needs "
+                         "training.grad_accum 1, got {}",
                          c.training.grad_accum));
     }
     if (c.distributed.comm_dtype != "fp32") {
-      report("distributed.gathered_grads",
-             fmt::format("gathers inputs in the compute dtype: needs distributed.comm_dtype fp32, got {}",
+      report("distributed.strategy",
+             fmt::format("gathered_grads gathers inputs in the compute dtype: needs distributed.comm_dtype fp32, got {}",
                          c.distributed.comm_dtype));
     }
   }
@@ -929,12 +929,13 @@ class Loader {
       report("training.device", fmt::format("'{}' requested but no CUDA device is available (use auto or cpu)", dev));
     }
     if (c.training.cuda_graph == "true") check_cuda_graph(c);
-    if (c.distributed.zero) check_zero(c);
-    if (c.distributed.gathered_grads) check_gathered(c);
-    if (c.distributed.copy_engines && !c.distributed.zero) {
-      report("distributed.copy_engines", "moves the sharded buckets of distributed.zero: needs distributed.zero true");
+    if (c.distributed.strategy == "zero") check_zero(c);
+    if (c.distributed.strategy == "gathered_grads") check_gathered(c);
+    if (c.distributed.copy_engines == "true" && c.distributed.strategy != "zero") {
+      report("distributed.copy_engines",
+             "true moves the sharded buckets of strategy zero: needs distributed.strategy zero");
     }
-    if (c.distributed.copy_engines && dev == "cpu") {
+    if (c.distributed.copy_engines == "true" && dev == "cpu") {
       report("distributed.copy_engines", "moves bytes between GPUs but training.device is cpu");
     }
     if (c.distributed.backend == "nccl" && dev == "cpu") {

@@ -93,7 +93,7 @@ struct TrainingConfig {
   double grad_clip = 1.0;       // max global gradient norm; 0 disables clipping
   int64_t max_bad_steps = 10;   // non-finite loss/grad-norm steps skipped before the run stops
   // forward + backward replayed from a CUDA graph (apps/train/step_graph.h): true, false, or auto (whenever
-  // the run allows it: one process on a GPU, grad_accum 1, bf16 or fp32)
+  // the run allows it: a GPU, grad_accum 1, bf16 or fp32, DDP's collectives on NCCL)
   std::string cuda_graph = "auto";
 };
 
@@ -122,11 +122,12 @@ struct DistributedConfig {
   double first_bucket_mb = 1.0;
   std::string comm_dtype = "fp32";  // fp32 | bf16 (gradients communicated in bf16, accumulated in fp32)
   bool find_unused_parameters = false;
-  bool zero = false;  // ZeRO-1: optimizer state and update sharded across ranks (distributed/zero_optimizer.h)
-  // ZeRO-1 for MLPs without gradient reduction: weight gradients formed from all-gathered layer inputs and
-  // output gradients (distributed/gathered_linear_zero.h)
-  bool gathered_grads = false;
-  bool copy_engines = false;  // with zero: sharded buckets exchanged by the copy engines (DDPOptions::copy_engines)
+  // How gradients are exchanged (docs/distributed.md): auto (chosen for the model, precision and machine;
+  // the run's first lines say what and why) | allreduce | zero (ZeRO-1: optimizer state and update sharded
+  // across ranks) | gathered_grads (ZeRO-1 for MLPs, weight gradients formed from gathered layer inputs).
+  std::string strategy = "auto";
+  // With zero on GPUs: the sharded buckets move by the copy engines. auto: when every rank is on one node.
+  std::string copy_engines = "auto";
   int64_t timeout_s = 300;    // collective/rendezvous deadline before a rank gives up
   bool debug_checks = false;  // verify before each collective that all ranks agree on (seq, op, count, dtype)
 };

@@ -286,10 +286,10 @@ int Trainer::run() {
   spdlog::info("data    {}: {} training / {} validation examples", data_.train->describe(), data_.train->size(),
                data_.val ? data_.val->size() : 0);
   const char* sharding = !sharded_ ? ""
-                         : config_.distributed.zero && config_.distributed.copy_engines
+                         : exchange_.strategy == "zero" && exchange_.copy_engines
                              ? ", optimizer sharded (ZeRO-1, buckets exchanged by the copy engines)"
-                         : config_.distributed.zero ? ", optimizer sharded (ZeRO-1)"
-                                                    : ", optimizer sharded (ZeRO-1 from gathered layer inputs)";
+                         : exchange_.strategy == "zero" ? ", optimizer sharded (ZeRO-1)"
+                                                        : ", optimizer sharded (ZeRO-1 from gathered layer inputs)";
   spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}{}", total_steps_,
                config_.training.grad_accum, config_.training.batch_size, model_->is_gpt() ? "sequences" : "examples",
                env_.world_size, device_text,
@@ -301,6 +301,10 @@ int Trainer::run() {
   spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
                config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");
   spdlog::info("steps   {}", graph_choice_);
+  if (group_) {
+    spdlog::info("exchange {}{} ({})", exchange_.strategy, exchange_.copy_engines ? " on the copy engines" : "",
+                 exchange_.why);
+  }
   if (start_step_ > 0) spdlog::info("resuming from {} at step {}", resume_path_, start_step_);
   if (start_step_ >= total_steps_) {
     spdlog::info(

@@ -52,6 +52,18 @@ class Trainer {
   // How steps run, and why: "replayed from a CUDA graph ..." or "eager (...)".
   std::string choose_cuda_graph() const;
   std::string graph_choice_;
+  // How gradients are exchanged under several processes (distributed.strategy, resolved), and why.
+  struct ExchangeChoice {
+    std::string strategy;  // allreduce | zero | gathered_grads
+    bool copy_engines = false;
+    std::string why;
+  };
+  ExchangeChoice choose_exchange() const;
+  bool rows_divide_among_ranks() const;
+  // The auto strategy's threshold for ZeRO-1 on GPTs: GPT-2 124M gains from it, the 4M tiny GPT does not
+  // (docs/performance.md).
+  static constexpr int64_t kZeroFromParameters = 50'000'000;
+  ExchangeChoice exchange_;
 
   // --- the loop's pieces (trainer.cpp) ---
   struct StepResult {
@@ -96,12 +108,12 @@ class Trainer {
   std::optional<optim::Checkpoint> resume_from_;
   std::string resume_path_;
   std::unique_ptr<optim::MixedPrecision> mixed_;
-  // Null under distributed.zero or gathered_grads: sharded_ holds this rank's shard.
+  // Null under the zero and gathered_grads strategies: sharded_ holds this rank's shard.
   std::unique_ptr<optim::Optimizer> optimizer_;
   optim::Optimizer& optimizer() { return sharded_ ? sharded_->optimizer() : *optimizer_; }
   std::unique_ptr<optim::LrSchedule> schedule_;
   std::unique_ptr<dist::DistributedDataParallel> ddp_;
-  // distributed.zero or gathered_grads (with DDP): the update runs on step(), sharded
+  // Strategy zero or gathered_grads (with DDP): the update runs on step(), sharded
   // (distributed/sharded_optimizer.h). Declared after ddp_, which it refers to.
   std::unique_ptr<dist::ShardedOptimizer> sharded_;
   // training.cuda_graph: forward and backward replayed from a graph captured after kEagerSteps eager

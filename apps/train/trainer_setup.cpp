@@ -226,15 +226,48 @@ std::string Trainer::choose_cuda_graph() const {
   const std::string& setting = config_.training.cuda_graph;
   if (setting == "true") return "replayed from a CUDA graph (training.cuda_graph true)";
   if (setting == "false") return "eager (training.cuda_graph false)";
-  // auto: what a replay can hold, on one process (several processes keep the exchange the user chose eager).
+  // auto: whenever a replay can hold the step, DDP's collectives on NCCL included (tested to log the
+  // eager run's metrics digit for digit under every strategy).
   const char* why_not = !device_.is_cuda()                   ? "not on a GPU"
-                        : env_.world_size > 1                 ? "several processes"
                         : config_.training.grad_accum > 1     ? "grad_accum > 1"
                         : compute_ == DType::Float16          ? "fp16's loss scale changes between steps"
-                        : sharded_ != nullptr                 ? "a sharded optimizer"
+                        : group_ && group_->backend_name(device_) != "nccl" ? "collectives not on NCCL"
                                                               : nullptr;
   if (why_not != nullptr) return fmt::format("eager (training.cuda_graph auto: {})", why_not);
   return "replayed from a CUDA graph after two eager steps (training.cuda_graph auto)";
+}
+
+Trainer::ExchangeChoice Trainer::choose_exchange() const {
+  const DistributedConfig& d = config_.distributed;
+  ExchangeChoice c;
+  if (d.strategy != "auto") {
+    c = {d.strategy, false, "distributed.strategy " + d.strategy};
+  } else if (!group_) {
+    c = {"allreduce", false, "one process"};
+  } else if (!device_.is_cuda()) {
+    c = {"allreduce", false, "distributed.strategy auto: on CPUs"};
+  } else if (compute_ == DType::Float16 || d.comm_dtype != "fp32") {
+    c = {"allreduce", false, "distributed.strategy auto: fp16 loss scaling and bf16 communication are not sharded"};
+  } else if (config_.model.kind == "mlp" && config_.training.grad_accum == 1 && rows_divide_among_ranks()) {
+    c = {"gathered_grads", false, "distributed.strategy auto: an MLP, weight gradients from gathered layer inputs"};
+  } else if (config_.model.kind == "gpt" && model_->num_parameters() >= kZeroFromParameters) {
+    c = {"zero", false, "distributed.strategy auto: a GPT of 50M parameters or more"};
+  } else {
+    c = {"allreduce", false, "distributed.strategy auto: a small model"};
+  }
+  // The copy engines move ZeRO-1's bytes between the GPUs of one host; across nodes NCCL's kernels do.
+  c.copy_engines = c.strategy == "zero" && device_.is_cuda() &&
+                   (d.copy_engines == "true" || (d.copy_engines == "auto" && env_.local_world_size == env_.world_size));
+  return c;
+}
+
+// Gathered gradients give each rank 1/N of every Linear's rows: the auto strategy takes them only when every
+// weight's row count divides among the ranks.
+bool Trainer::rows_divide_among_ranks() const {
+  for (const auto& [name, p] : model_->module()->named_parameters()) {
+    if (p.dim() == 2 && p.size(0) % env_.world_size != 0) return false;
+  }
+  return true;
 }
 
 void Trainer::setup_optimizer() {
@@ -242,9 +275,10 @@ void Trainer::setup_optimizer() {
   const OptimConfig& o = config_.optim;
   // Matmul weights and embeddings decay, biases and LayerNorm parameters do not (the GPT-2 recipe).
   auto groups = optim::weight_decay_groups(mixed_->master_params(), o.weight_decay);
-  // Sharded (distributed.zero or gathered_grads), the optimizer is built over this rank's pieces once DDP
+  // Sharded (strategy zero or gathered_grads), the optimizer is built over this rank's pieces once DDP
   // exists (below).
-  const bool sharded = (config_.distributed.zero || config_.distributed.gathered_grads) && group_ != nullptr;
+  exchange_ = choose_exchange();
+  const bool sharded = exchange_.strategy != "allreduce" && group_ != nullptr;
   if (!sharded) optimizer_ = make_optimizer(config_, groups);
   if (resume_from_) {
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
@@ -288,13 +322,13 @@ void Trainer::setup_optimizer() {
     d.bucket_cap_mb = config_.distributed.bucket_cap_mb;
     d.first_bucket_mb = config_.distributed.first_bucket_mb;
     d.find_unused_parameters = config_.distributed.find_unused_parameters;
-    d.copy_engines = config_.distributed.copy_engines;
+    d.copy_engines = exchange_.copy_engines;
     // bf16 communication of float32 gradients; under bf16/fp16 precision the gradients already are 16-bit.
     // Under fp16 an inf/NaN gradient on one rank is inf/NaN in every rank's AllReduced gradient, so all
     // ranks find the overflow, skip the step and back the loss scale off together.
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
-    dp.sharding = !sharded                       ? dist::Sharding::None
-                  : config_.distributed.zero     ? dist::Sharding::Zero
+    dp.sharding = !sharded                         ? dist::Sharding::None
+                  : exchange_.strategy == "zero" ? dist::Sharding::Zero
                                                  : dist::Sharding::GatheredGrads;
     // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
     dp.timing = dist::UpdateTiming::OnStep;
@@ -304,7 +338,7 @@ void Trainer::setup_optimizer() {
       wrapped = dist::wrap_data_parallel(model_->module(), group_, dp, optimizer_.get(), groups, make_shard);
     } catch (const std::exception& e) {
       if (dp.sharding != dist::Sharding::GatheredGrads) throw;
-      DPT_FAIL("distributed.gathered_grads: {}", e.what());
+      DPT_FAIL("distributed.strategy gathered_grads: {}", e.what());
     }
     ddp_ = std::move(wrapped.ddp);
     sharded_ = std::move(wrapped.sharded);

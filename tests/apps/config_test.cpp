@@ -255,16 +255,15 @@ TEST(ConfigErrors, CudaGraphRefusesWhatAReplayCannotRedo) {
 
 // ZeRO-1 reduce-scatters through NCCL or Gloo in the gradients' dtype and shards no loss scale.
 TEST(ConfigErrors, ZeroRefusesWhatItCannotShard) {
-  expect_refusals("distributed.zero=true",
+  expect_refusals("distributed.strategy=zero",
                   {{{"training.precision=fp16"}, "needs bf16 or fp32"},
                    {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"}});
 }
 
 // Gathered-input gradients shard Linear layers, one micro-batch at a time, in the compute dtype.
 TEST(ConfigErrors, GatheredGradsRefuseWhatTheyCannotShard) {
-  expect_refusals("distributed.gathered_grads=true",
-                  {{{"distributed.zero=true"}, "set it or distributed.zero, not both"},
-                   {{"model.kind=gpt", "data.kind=synthetic_tokens"}, "needs model.kind mlp, got gpt"},
+  expect_refusals("distributed.strategy=gathered_grads",
+                  {{{"model.kind=gpt", "data.kind=synthetic_tokens"}, "needs model.kind mlp, got gpt"},
                    {{"training.precision=fp16"}, "needs bf16 or fp32"},
                    {{"training.grad_accum=2"}, "needs training.grad_accum 1, got 2"},
                    {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"}});
@@ -273,8 +272,8 @@ TEST(ConfigErrors, GatheredGradsRefuseWhatTheyCannotShard) {
 // The copy engines move ZeRO-1's sharded buckets between GPUs: nothing else, nowhere else.
 TEST(ConfigErrors, CopyEnginesNeedZeroOnGpus) {
   expect_refusals("distributed.copy_engines=true",
-                  {{{}, "needs distributed.zero true"},
-                   {{"distributed.zero=true", "training.device=cpu"}, "training.device is cpu"}});
+                  {{{}, "needs distributed.strategy zero"},
+                   {{"distributed.strategy=zero", "training.device=cpu"}, "training.device is cpu"}});
 }
 
 TEST(ConfigErrors, CudaWithoutAGpuIsAnError) {

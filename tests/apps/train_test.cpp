@@ -197,8 +197,8 @@ std::string expect_captured_zero_run_matches_eager(const std::string& name,
                                                    const std::vector<std::string>& graph_extra) {
   ScratchDir eager("graph." + name + ".eager"), graph("graph." + name + ".graph");
   std::vector<std::string> a_args = gpu_gpt(eager, false), b_args = gpu_gpt(graph, true);
-  a_args.push_back("distributed.zero=true");
-  b_args.push_back("distributed.zero=true");
+  a_args.push_back("distributed.strategy=zero");
+  b_args.push_back("distributed.strategy=zero");
   b_args.insert(b_args.end(), graph_extra.begin(), graph_extra.end());
   RunResult a = train(config_path("char_gpt.yaml"), a_args, 2);
   EXPECT_EQ(a.exit_code, 0) << a.output;
@@ -372,15 +372,15 @@ TEST(TrainDistributed, GradientAccumulationMatchesTheLargerBatch) {
   expect_close_history(read_metrics(big.file("run/metrics.jsonl")), read_metrics(accum.file("run/metrics.jsonl")), 20);
 }
 
-// A sharded run (`switch_key`=true: distributed.zero or distributed.gathered_grads) is the same run as
+// A sharded run (distributed.strategy `strategy`: zero or gathered_grads) is the same run as
 // plain DDP (sharded update, clipping by the global norm of every rank's share); its checkpoints hold
 // whole-parameter optimizer state, so a resumed sharded run continues exactly and a plain DDP run can
 // continue from them too. Four classes: gathered gradients give each rank an equal block of every layer's rows.
-void expect_sharded_run_matches_ddp_and_resumes_either_way(const std::string& switch_key, const std::string& banner) {
-  const std::string tag = switch_key.substr(switch_key.find('.') + 1);
+void expect_sharded_run_matches_ddp_and_resumes_either_way(const std::string& strategy, const std::string& banner) {
+  const std::string& tag = strategy;
   ScratchDir ddp(tag + ".ddp"), sharded(tag + ".sharded"), resumed(tag + ".resumed"), plain(tag + ".plain");
   auto with = [&](std::vector<std::string> args, bool on) {
-    args.push_back(switch_key + "=" + (on ? "true" : "false"));
+    args.push_back("distributed.strategy=" + (on ? strategy : std::string("allreduce")));
     args.push_back("training.grad_clip=0.05");  // below the run's norms: every step clips
     args.push_back("data.num_classes=4");
     return args;
@@ -409,22 +409,45 @@ void expect_sharded_run_matches_ddp_and_resumes_either_way(const std::string& sw
 }
 
 TEST(TrainDistributed, ZeroShardedOptimizerMatchesDdpAndItsCheckpointsResumeEitherWay) {
-  expect_sharded_run_matches_ddp_and_resumes_either_way("distributed.zero", "optimizer sharded (ZeRO-1)");
+  expect_sharded_run_matches_ddp_and_resumes_either_way("zero", "optimizer sharded (ZeRO-1)");
 }
 
 TEST(TrainDistributed, GatheredGradientsMatchDdpAndTheirCheckpointsResumeEitherWay) {
-  expect_sharded_run_matches_ddp_and_resumes_either_way("distributed.gathered_grads",
+  expect_sharded_run_matches_ddp_and_resumes_either_way("gathered_grads",
                                                         "optimizer sharded (ZeRO-1 from gathered layer inputs)");
+}
+
+// distributed.strategy auto names what it chose and why in the run's first lines: on CPUs the plain
+// all-reduce; on two GPUs an MLP's gradients from gathered layer inputs and a large GPT's ZeRO-1 on the
+// copy engines, each step replayed from a CUDA graph.
+TEST(TrainStrategy, AutoSaysWhatItChoseAndWhyOnCpus) {
+  ScratchDir dir("strategy.cpu");
+  RunResult r = train(config_path("mlp_synthetic.yaml"), parity_args(dir, 16, 1), 2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("exchange allreduce (distributed.strategy auto: on CPUs)"), std::string::npos) << r.output;
+}
+
+TEST(TrainStrategy, AutoShardsAnMlpOnTwoGpusAndReplaysTheStep) {
+  if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  ScratchDir dir("strategy.gpu");
+  std::vector<std::string> args = parity_args(dir, 16, 1);
+  args[0] = "training.device=cuda";
+  args.push_back("data.num_classes=4");
+  RunResult r = train(config_path("mlp_synthetic.yaml"), args, 2);
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find("exchange gathered_grads (distributed.strategy auto: an MLP"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("steps   replayed from a CUDA graph"), std::string::npos) << r.output;
 }
 
 // Under bf16 each rank's float32 masters are current only for its own shard; a checkpoint must hold them
 // whole (gather_targets), or the resumed run starts from stale weights.
-void expect_bf16_checkpoints_resume_exactly(const std::string& switch_key) {
-  const std::string tag = switch_key.substr(switch_key.find('.') + 1) + ".bf16";
+void expect_bf16_checkpoints_resume_exactly(const std::string& strategy) {
+  const std::string tag = strategy + ".bf16";
   ScratchDir full(tag + ".full"), resumed(tag + ".resumed");
   auto args = [&](const ScratchDir& dir) {
     std::vector<std::string> a = parity_args(dir, 16, 1);
-    a.insert(a.end(), {"training.precision=bf16", switch_key + "=true", "data.num_classes=4"});
+    a.insert(a.end(), {"training.precision=bf16", "distributed.strategy=" + strategy, "data.num_classes=4"});
     return a;
   };
   RunResult a = train(config_path("mlp_synthetic.yaml"), args(full), 2);
@@ -440,11 +463,11 @@ void expect_bf16_checkpoints_resume_exactly(const std::string& switch_key) {
 }
 
 TEST(TrainDistributed, ZeroBf16CheckpointsHoldTheWholeMastersAndResumeExactly) {
-  expect_bf16_checkpoints_resume_exactly("distributed.zero");
+  expect_bf16_checkpoints_resume_exactly("zero");
 }
 
 TEST(TrainDistributed, GatheredBf16CheckpointsHoldTheWholeMastersAndResumeExactly) {
-  expect_bf16_checkpoints_resume_exactly("distributed.gathered_grads");
+  expect_bf16_checkpoints_resume_exactly("gathered_grads");
 }
 
 // Gathered-input gradients on two GPUs. In float32, close to plain DDP (every step clipped; bf16 would
@@ -459,7 +482,7 @@ TEST(TrainCudaGraph, TwoGpusUnderGatheredGradientsMatchDdpAndReproduceTheEagerRu
     std::vector<std::string> a = parity_args(dir, 16, 1);
     a[0] = "training.device=cuda";
     a.insert(a.end(), {"data.num_classes=4", "training.grad_clip=0.05", "training.precision=" + precision,
-                       std::string("distributed.gathered_grads=") + (gathered ? "true" : "false"),
+                       std::string("distributed.strategy=") + (gathered ? "gathered_grads" : "allreduce"),
                        std::string("training.cuda_graph=") + (in_graph ? "true" : "false")});
     return a;
   };
@@ -532,10 +555,10 @@ TEST(TrainFailures, GatheredGradientsWithRowsThatDoNotSplitAreRefusedAndWriteNot
   ScratchDir dir("gathered.rows");
   RunResult r = train(config_path("mlp_synthetic.yaml"),
                       {"training.device=cpu", "model.mlp.hidden=[16]", "training.steps=4", "schedule.warmup_steps=1",
-                       "data.num_classes=3", "distributed.gathered_grads=true", "checkpoint.dir=" + dir.file("run")},
+                       "data.num_classes=3", "distributed.strategy=gathered_grads", "checkpoint.dir=" + dir.file("run")},
                       /*nproc=*/2);
   EXPECT_NE(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("distributed.gathered_grads: GatheredLinearZero: Linear '2' has 3 output features, not "
+  EXPECT_NE(r.output.find("distributed.strategy gathered_grads: GatheredLinearZero: Linear '2' has 3 output features, not "
                           "divisible by the world size 2"),
             std::string::npos)
       << r.output;
