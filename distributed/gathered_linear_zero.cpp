@@ -70,6 +70,13 @@ std::string param_name(const std::string& path, const char* leaf) { return path.
 
 }  // namespace
 
+bool GatheredLinearZero::shards_evenly(const std::shared_ptr<nn::Module>& module, int world) {
+  std::vector<std::pair<std::string, nn::Linear*>> linears;
+  collect_linears(module, "", linears);
+  return std::all_of(linears.begin(), linears.end(),
+                     [world](const auto& l) { return l.second->weight.size(0) % world == 0; });
+}
+
 GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
                                        const Factory& make, UpdateTiming when)
     : ddp_(ddp), when_(when), shard_("GatheredLinearZero", groups), group_(ddp.process_group()) {

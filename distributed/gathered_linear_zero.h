@@ -67,6 +67,10 @@ class GatheredLinearZero : public ShardedOptimizer {
   GatheredLinearZero(const GatheredLinearZero&) = delete;
   GatheredLinearZero& operator=(const GatheredLinearZero&) = delete;
 
+  // Whether every Linear layer of `module` splits into `world` equal blocks of rows, as the constructor
+  // requires: a caller that chooses this exchange by itself asks first.
+  static bool shards_evenly(const std::shared_ptr<nn::Module>& module, int world);
+
   optim::Optimizer& optimizer() override { return *inner_; }
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
 

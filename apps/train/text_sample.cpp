@@ -31,16 +31,6 @@ std::vector<float> WindowedGpt::next(const std::vector<int32_t>& ids) {
   return logits[0][t - 1].to_vector<float>();
 }
 
-CachedGpt::CachedGpt(nn::GPT& model)
-    : model_(model),
-      was_training_(model.is_training()),
-      device_(model.wte->named_parameters().front().second.device()),
-      window_(model) {
-  model_.eval();
-}
-
-CachedGpt::~CachedGpt() { model_.train(was_training_); }
-
 std::vector<float> CachedGpt::next(const std::vector<int32_t>& ids) {
   const auto n = static_cast<int64_t>(ids.size());
   if (n > model_.config().block_size) return window_.next(ids);
@@ -56,7 +46,7 @@ std::vector<float> CachedGpt::next(const std::vector<int32_t>& ids) {
   }
   const auto t = static_cast<int64_t>(fresh.size());
   Tensor logits = model_.forward_cached(
-      from_vector(fresh, {1, t}, TensorOptions{}.with_dtype(DType::Int32).with_device(device_)), cache_);
+      from_vector(fresh, {1, t}, TensorOptions{}.with_dtype(DType::Int32).with_device(window_.device())), cache_);
   return logits[0][t - 1].to_vector<float>();
 }
 

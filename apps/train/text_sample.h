@@ -43,6 +43,7 @@ class WindowedGpt : public NextTokenLogits {
   WindowedGpt(const WindowedGpt&) = delete;
   WindowedGpt& operator=(const WindowedGpt&) = delete;
   std::vector<float> next(const std::vector<int32_t>& ids) override;
+  const Device& device() const { return device_; }
 
  private:
   nn::GPT& model_;
@@ -53,21 +54,16 @@ class WindowedGpt : public NextTokenLogits {
 // The same logits through a KV cache (layers/kv_cache.h): the first call runs the prompt, each later
 // call only the token picked since, so a token costs one position, not the whole prefix. Past
 // block_size tokens every position of the window shifts, so each call then runs the window like
-// WindowedGpt. Keeps the model in eval mode while it exists.
+// WindowedGpt, which also keeps the model in eval mode while this exists.
 class CachedGpt : public NextTokenLogits {
  public:
-  explicit CachedGpt(nn::GPT& model);
-  ~CachedGpt() override;
-  CachedGpt(const CachedGpt&) = delete;
-  CachedGpt& operator=(const CachedGpt&) = delete;
+  explicit CachedGpt(nn::GPT& model) : model_(model), window_(model) {}
   std::vector<float> next(const std::vector<int32_t>& ids) override;
 
  private:
   nn::GPT& model_;
-  bool was_training_;
-  Device device_;
+  WindowedGpt window_;  // past block_size; holds eval mode and the device
   nn::KvCache cache_;
-  WindowedGpt window_;  // past block_size
 };
 
 // One draw from `logits` as SamplingOptions describes (no random number is used when greedy). Throws

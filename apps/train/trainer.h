@@ -59,7 +59,6 @@ class Trainer {
     std::string why;
   };
   ExchangeChoice choose_exchange() const;
-  bool rows_divide_among_ranks() const;
   // The auto strategy's threshold for ZeRO-1 on GPTs: GPT-2 124M gains from it, the 4M tiny GPT does not
   // (docs/performance.md).
   static constexpr int64_t kZeroFromParameters = 50'000'000;

@@ -13,6 +13,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "distributed/data_parallel.h"
+#include "distributed/gathered_linear_zero.h"
 #include "distributed/sampler.h"
 #include "hf_gpt2.h"
 #include "layers/flops.h"
@@ -248,7 +249,8 @@ Trainer::ExchangeChoice Trainer::choose_exchange() const {
     c = {"allreduce", false, "distributed.strategy auto: on CPUs"};
   } else if (compute_ == DType::Float16 || d.comm_dtype != "fp32") {
     c = {"allreduce", false, "distributed.strategy auto: fp16 loss scaling and bf16 communication are not sharded"};
-  } else if (config_.model.kind == "mlp" && config_.training.grad_accum == 1 && rows_divide_among_ranks()) {
+  } else if (config_.model.kind == "mlp" && config_.training.grad_accum == 1 &&
+             dist::GatheredLinearZero::shards_evenly(model_->module(), env_.world_size)) {
     c = {"gathered_grads", false, "distributed.strategy auto: an MLP, weight gradients from gathered layer inputs"};
   } else if (config_.model.kind == "gpt" && model_->num_parameters() >= kZeroFromParameters) {
     c = {"zero", false, "distributed.strategy auto: a GPT of 50M parameters or more"};
@@ -259,15 +261,6 @@ Trainer::ExchangeChoice Trainer::choose_exchange() const {
   c.copy_engines = c.strategy == "zero" && device_.is_cuda() &&
                    (d.copy_engines == "true" || (d.copy_engines == "auto" && env_.local_world_size == env_.world_size));
   return c;
-}
-
-// Gathered gradients give each rank 1/N of every Linear's rows: the auto strategy takes them only when every
-// weight's row count divides among the ranks.
-bool Trainer::rows_divide_among_ranks() const {
-  for (const auto& [name, p] : model_->module()->named_parameters()) {
-    if (p.dim() == 2 && p.size(0) % env_.world_size != 0) return false;
-  }
-  return true;
 }
 
 void Trainer::setup_optimizer() {

@@ -216,25 +216,31 @@ TEST(HfGpt2, AModelThatDoesNotFitIsRefusedNamingEachMismatch) {
   }
 }
 
+// dpt-train overrides of configs/gpt2_124m.yaml for a small float32 GPT on the CPU, trained and validated
+// on the token file `tokens` (vocabulary and context from the data).
+std::vector<std::string> small_cpu_gpt(const std::string& tokens, int layers, int width, int context) {
+  return {"training.device=cpu",
+          "training.precision=fp32",
+          "model.gpt.n_layer=" + std::to_string(layers),
+          "model.gpt.n_head=2",
+          "model.gpt.n_embd=" + std::to_string(width),
+          "model.gpt.vocab_size=0",
+          "model.gpt.block_size=0",
+          "data.seq_len=" + std::to_string(context),
+          "data.path=" + tokens,
+          "data.val_path=" + tokens,
+          "training.batch_size=4",
+          "eval.batches=1",
+          "eval.sample_tokens=0"};
+}
+
 // The tools end to end: a dpt-train GPT exported by dpt-export-hf prints the loss the loaded model gives
 // in-process, and a new run starts from the folder through model.init_from.
 TEST(HfGpt2, DptExportHfAndInitFromWorkOnATrainedRun) {
   ScratchDir dir("hf.tools");
   data::write_token_file(dir.file("t.bin"), data::synthetic_tokens(3000, 64, 1));
-  const std::vector<std::string> gpt = {"training.device=cpu",
-                                        "model.gpt.n_layer=1",
-                                        "model.gpt.n_head=2",
-                                        "model.gpt.n_embd=16",
-                                        "model.gpt.vocab_size=0",
-                                        "model.gpt.block_size=0",
-                                        "data.seq_len=16",
-                                        "data.path=" + dir.file("t.bin"),
-                                        "data.val_path=" + dir.file("t.bin"),
-                                        "training.batch_size=4",
-                                        "schedule.warmup_steps=1",
-                                        "eval.batches=1",
-                                        "eval.sample_tokens=0",
-                                        "training.precision=fp32"};
+  std::vector<std::string> gpt = small_cpu_gpt(dir.file("t.bin"), 1, 16, 16);
+  gpt.push_back("schedule.warmup_steps=1");
   auto with = [&](std::vector<std::string> more) {
     std::vector<std::string> all = gpt;
     all.insert(all.end(), more.begin(), more.end());
@@ -290,22 +296,8 @@ TEST(HfGpt2, TransformersLoadsTheExportAndGivesTheSameLoss) {
   }
   ScratchDir dir("hf.transformers");
   data::write_token_file(dir.file("t.bin"), data::synthetic_tokens(4000, 97, 2));
-  const std::vector<std::string> gpt = {"training.device=cpu",
-                                        "training.precision=fp32",
-                                        "model.gpt.n_layer=2",
-                                        "model.gpt.n_head=2",
-                                        "model.gpt.n_embd=32",
-                                        "model.gpt.vocab_size=0",
-                                        "model.gpt.block_size=0",
-                                        "data.seq_len=32",
-                                        "data.path=" + dir.file("t.bin"),
-                                        "data.val_path=" + dir.file("t.bin"),
-                                        "training.batch_size=4",
-                                        "training.steps=20",
-                                        "schedule.warmup_steps=2",
-                                        "eval.batches=1",
-                                        "eval.sample_tokens=0",
-                                        "checkpoint.dir=" + dir.file("run")};
+  std::vector<std::string> gpt = small_cpu_gpt(dir.file("t.bin"), 2, 32, 32);
+  gpt.insert(gpt.end(), {"training.steps=20", "schedule.warmup_steps=2", "checkpoint.dir=" + dir.file("run")});
   ASSERT_EQ(train(config_path("gpt2_124m.yaml"), gpt).exit_code, 0);
   const RunResult check = run_shell("python3 " + quote(std::string(DPT_SOURCE_DIR) + "/scripts/check-hf-export.py") +
                                     " " + quote(dir.file("run")) + " " + quote(dir.file("t.bin")) + " --out " +
