@@ -28,6 +28,8 @@ by. KIND is what differs, nothing else:
   cpu      the same run on the CPU (float32 only; every core, split between the ranks under torchrun,
            whose DDP then runs over Gloo)
   compile  torch.compile toggled (eager against compiled, or the reverse with --compile)
+  order    every batch's examples in reverse order: the same sums of the same numbers in another order
+           (the loss is a mean over the batch), so the distance is what reordering alone does
   kernels  other kernels on the GPU: deterministic algorithms, cuBLASLt for every matmul, and another
            attention backend (the math one in float32, memory-efficient attention in bf16)
 """
@@ -46,7 +48,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOORS = ("cpu", "compile", "kernels")
+FLOORS = ("cpu", "compile", "kernels", "order")
 
 
 # Module names follow dptrain's layers (layers/transformer_block.cpp, attention.cpp, gpt.cpp), so that
@@ -316,7 +318,7 @@ def draw_batches(cfg, count, seed, device):
     return batches
 
 
-def run(name, cfg, args, device, compile_model, kernels=False, start=None, group=None, role=None):
+def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, start=None, group=None, role=None):
     """One training run of `args.steps` timed steps after `args.warmup`; its JSON result."""
     torch.manual_seed(0)
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
@@ -336,6 +338,8 @@ def run(name, cfg, args, device, compile_model, kernels=False, start=None, group
                    for x, y in start.rank_batches(rank, world, n_batches)]
     else:
         batches = draw_batches(cfg, n_batches, 1 + rank, device)  # each rank its own
+    if reverse:
+        batches = [(x.flip(0), y.flip(0)) for x, y in batches]
     x0, y0 = batches[0]
     shape_x = (cfg["batch"], cfg["seq"]) if cfg["kind"] == "gpt" else (cfg["batch"], cfg["d_in"])
     shape_y = shape_x if cfg["kind"] == "gpt" else (cfg["batch"],)
@@ -387,7 +391,7 @@ def run(name, cfg, args, device, compile_model, kernels=False, start=None, group
     flops = flops_per_step(cfg, n_params)
     compiled = "pytorch-compile" + ("" if args.compile_mode == "default" else "-" + args.compile_mode)
     system = (compiled if compile_model else "pytorch-eager") + ("-kernels" if kernels else "") + \
-        ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
+        ("-reversed" if reverse else "") + ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
     result = dict(system=system, workload=name, precision=args.precision, world=world, batches=args.batches,
                   device=torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
                   params=n_params, step_ms=median * 1e3,
@@ -461,6 +465,8 @@ def main():
             runs.append(dict(device=device, compile_model=not args.compile, group=group))
         elif args.floor == "kernels":
             runs.append(dict(device=device, compile_model=args.compile, group=group, kernels=True))
+        elif args.floor == "order":
+            runs.append(dict(device=device, compile_model=args.compile, group=group, reverse=True))
         for i, r in enumerate(runs):
             role = None if not args.floor else "reference" if i == 0 else f"floor-{args.floor}"
             result = run(name, cfg, args, start=start, role=role, **r)

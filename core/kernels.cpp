@@ -32,8 +32,8 @@ void random_normal(const Tensor& out, uint64_t seed, uint64_t offset, double mea
 void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double low, double high) {
   DPT_KERNEL_DISPATCH(out.device(), random_uniform, out, seed, offset, low, high);
 }
-void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rng) {
-  DPT_KERNEL_DISPATCH(out.device(), dropout, in, out, p, rng);
+void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rng, const Tensor& residual) {
+  DPT_KERNEL_DISPATCH(out.device(), dropout, in, out, p, rng, residual);
 }
 void advance_counter(const Tensor& counter, uint64_t amount) {
   DPT_KERNEL_DISPATCH(counter.device(), advance_counter, counter, amount);

@@ -28,6 +28,10 @@ Tensor gelu(const Tensor& x);  // tanh approximation, as GPT-2
 // kernel each way, nothing stored); the same generator state gives the same mask on CPU and GPU, and
 // inside a captured CUDA graph a fresh one every replay (Generator::begin_capture).
 Tensor dropout(const Tensor& x, double p, Generator& gen);
+// residual + dropout(x, p, gen), one kernel each way (x and the residual of one shape, dtype and device):
+// a transformer's dropout before its skip connection. The sum is rounded once, in the dtype's
+// accumulation type, on CPU and GPU alike.
+Tensor dropout_add(const Tensor& x, const Tensor& residual, double p, Generator& gen);
 Tensor tanh(const Tensor& x);
 Tensor sigmoid(const Tensor& x);
 Tensor sign(const Tensor& x);  // -1, 0 or 1 (NaN stays NaN); zero gradient everywhere, as PyTorch

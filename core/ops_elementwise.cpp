@@ -162,18 +162,45 @@ Tensor relu(const Tensor& x) {
   return out;
 }
 
+namespace {
+
+// The mask of `rng` applied to a gradient: the backward of both dropout ops.
+Tensor dropout_grad(const Tensor& g, double p, const PhiloxArgs& rng) {
+  Tensor gy = g.contiguous();
+  Tensor gx = Tensor::empty(gy.shape(), gy.options());
+  kernels::dropout(gy, gx, p, rng, Tensor());
+  return gx;
+}
+
+}  // namespace
+
 Tensor dropout(const Tensor& x_in, double p, Generator& gen) {
   DPT_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got {}", p);
   DPT_CHECK(is_floating(x_in.dtype()), "dropout: expected a floating tensor, got {}", dtype_name(x_in.dtype()));
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.options());
   const PhiloxArgs rng = gen.draw(static_cast<uint64_t>(x.numel()));
-  kernels::dropout(x, out, p, rng);
+  kernels::dropout(x, out, p, rng, Tensor());
   record_op("DropoutBackward", {x_in}, {out}, [p, rng](const std::vector<Tensor>& g) {
-    Tensor gy = g[0].contiguous();
-    Tensor gx = Tensor::empty(gy.shape(), gy.options());
-    kernels::dropout(gy, gx, p, rng);
-    return std::vector<Tensor>{gx};
+    return std::vector<Tensor>{dropout_grad(g[0], p, rng)};
+  });
+  return out;
+}
+
+Tensor dropout_add(const Tensor& x_in, const Tensor& residual_in, double p, Generator& gen) {
+  DPT_CHECK(p >= 0 && p < 1, "dropout_add: p must be in [0, 1), got {}", p);
+  DPT_CHECK(is_floating(x_in.dtype()), "dropout_add: expected a floating tensor, got {}", dtype_name(x_in.dtype()));
+  DPT_CHECK(x_in.shape() == residual_in.shape() && x_in.dtype() == residual_in.dtype() &&
+                x_in.device() == residual_in.device(),
+            "dropout_add: x is {} {} and the residual {} {}: expected one shape, dtype and device",
+            shape_str(x_in.shape()), dtype_name(x_in.dtype()), shape_str(residual_in.shape()),
+            dtype_name(residual_in.dtype()));
+  Tensor x = x_in.contiguous(), residual = residual_in.contiguous();
+  Tensor out = Tensor::empty(x.shape(), x.options());
+  const PhiloxArgs rng = gen.draw(static_cast<uint64_t>(x.numel()));
+  kernels::dropout(x, out, p, rng, residual);
+  record_op("DropoutAddBackward", {x_in, residual_in}, {out}, [p, rng](const std::vector<Tensor>& g) {
+    return std::vector<Tensor>{dropout_grad(g[0], p, rng), g[0]};
   });
   return out;
 }

@@ -148,8 +148,8 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale, 
   // where each generated token brings a new sequence length.
   bool on_cudnn = false;
 #ifdef DPT_HAVE_CUDA
-  if (qkv.device().is_cuda() && attention_path() == AttentionPath::kAuto && grad_mode_enabled() && drop.p == 0) {
-    on_cudnn = cuda_kernels::sdpa_forward_cudnn(qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale);
+  if (qkv.device().is_cuda() && attention_path() == AttentionPath::kAuto && grad_mode_enabled()) {
+    on_cudnn = cuda_kernels::sdpa_forward_cudnn(qkv, qkv, qkv, out, lse, layouts, bh, t, d, scale, drop);
   }
 #endif
   if (!on_cudnn) {
@@ -170,7 +170,7 @@ Tensor causal_attention_qkv(const Tensor& qkv_in, int64_t n_head, double scale, 
               Tensor grad = Tensor::empty(qkv.shape(), qkv.options());
 #ifdef DPT_HAVE_CUDA
               if (on_cudnn && cuda_kernels::sdpa_backward_cudnn(qkv, qkv, qkv, out, gout, lse, grad, grad, grad,
-                                                                layouts, bh, t, d, scale)) {
+                                                                layouts, bh, t, d, scale, drop)) {
                 return std::vector<Tensor>{grad};
               }
 #endif

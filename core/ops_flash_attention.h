@@ -12,7 +12,8 @@
 //   CUDA, in order:
 //     1. cuDNN's fused attention engines (core/cuda/sdpa_cudnn.h): causal_attention_qkv in bfloat16, for
 //        a forward that records autograd, where cuDNN has an engine for the shape; its deterministic
-//        backward follows its forward.
+//        backward follows its forward. With dropout the mask is cuDNN's own Philox draw (same keep rate,
+//        other mask than 2. and the CPU draw), which its backward draws again.
 //     2. our mma.sync kernels (core/cuda/flash_attention_mma.cu): bfloat16, D in {32, 64, 128}, a positive
 //        scale and 16-byte aligned rows. They also carry attention dropout, and run evaluation and
 //        sampling, whose sequence length changes from call to call (cuDNN builds a plan per shape).
@@ -37,9 +38,10 @@ Tensor causal_attention(const Tensor& q, const Tensor& k, const Tensor& v, doubl
 
 // qkv [B, T, 3C] with C a multiple of n_head -> [B, T, C]; see above.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale);
-// The same with dropout p on the attention weights, drawn from `gen` inside the mma.sync kernels (the mask
-// dpt::dropout would draw for the [B, H, T, T] weights: core/attention_layout.h). Only where
-// causal_attention_dropout_fused says so; a transformer layer composes the op otherwise.
+// The same with dropout p on the attention weights, drawn from `gen` inside the fused kernels: cuDNN's own
+// mask under 1. above, else the mask dpt::dropout would draw for the [B, H, T, T] weights
+// (core/attention_layout.h), as on the CPU. Only where causal_attention_dropout_fused says so; a
+// transformer layer composes the op otherwise.
 Tensor causal_attention_qkv(const Tensor& qkv, int64_t n_head, double scale, double dropout, Generator& gen);
 bool causal_attention_dropout_fused(const Tensor& qkv, int64_t n_head);
 

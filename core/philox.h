@@ -46,16 +46,21 @@ DPT_HOST_DEVICE inline float uniform_at(uint64_t seed, uint64_t offset, uint64_t
   return to_unit_float(philox4x32(offset + index, 0, seed).v[0]);
 }
 
-// Dropout's uniforms, four to a Philox call (stream 2): number j of a draw that starts at `offset` is word
-// (offset + j) % 4 of counter (offset + j) / 4, so a kernel that takes four neighbours together makes one
-// call, and a mask does not depend on how the kernel groups its elements.
-DPT_HOST_DEVICE inline float word_of(const Words& w, uint64_t i) {
-  return to_unit_float(i == 0 ? w.v[0] : i == 1 ? w.v[1] : i == 2 ? w.v[2] : w.v[3]);
+// Dropout's uniforms, eight to a Philox call (stream 2): number j of a draw that starts at `offset` is
+// 16-bit half (offset + j) % 8 of counter (offset + j) / 8 (half 2k the low bits of word k, 2k + 1 the
+// high), so a kernel that takes eight neighbours together makes one call, and a mask does not depend on
+// how the kernel groups its elements. A keep decision needs no more than 16 bits: the kept fraction is
+// 1 - p to within 2^-16, and the Philox calls, not memory, bound a dropout kernel's time.
+constexpr int kDropoutGroup = 8;
+DPT_HOST_DEVICE inline float half_of(const Words& w, uint64_t i) {
+  const uint32_t word = (i >> 1) == 0 ? w.v[0] : (i >> 1) == 1 ? w.v[1] : (i >> 1) == 2 ? w.v[2] : w.v[3];
+  const uint32_t bits = (i & 1) ? word >> 16 : word & 0xFFFFu;
+  return (static_cast<float>(bits) + 1.0f) * (1.0f / 65536.0f);  // in (0, 1]
 }
 DPT_HOST_DEVICE inline Words dropout_words(uint64_t seed, uint64_t group) { return philox4x32(group, 2, seed); }
 DPT_HOST_DEVICE inline float dropout_uniform_at(uint64_t seed, uint64_t offset, uint64_t index) {
   const uint64_t n = offset + index;
-  return word_of(dropout_words(seed, n >> 2), n & 3);
+  return half_of(dropout_words(seed, n / kDropoutGroup), n % kDropoutGroup);
 }
 
 DPT_HOST_DEVICE inline float normal_at(uint64_t seed, uint64_t offset, uint64_t index) {

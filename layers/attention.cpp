@@ -52,7 +52,7 @@ Tensor CausalSelfAttention::forward(const Tensor& x) {
 }
 
 Tensor CausalSelfAttention::forward_residual(const Tensor& x, const Tensor& residual) {
-  if (is_training() && dropout_ > 0) return residual + forward(x);
+  if (is_training() && dropout_ > 0) return dpt::dropout_add(proj->forward(attend(x)), residual, dropout_, *gen_);
   return proj->forward_residual(attend(x), residual);
 }
 

@@ -19,7 +19,8 @@ class CausalSelfAttention : public Module {
                       bool bias = true);
   Tensor forward(const Tensor& x) override;
   // residual + forward(x). Without dropout on the output the add is the output projection's
-  // (Linear::forward_residual): one pass over the residual stream fewer.
+  // (Linear::forward_residual), with it the dropout kernel's (dpt::dropout_add): one pass over the
+  // residual stream fewer either way.
   Tensor forward_residual(const Tensor& x, const Tensor& residual);
   // Inference with a KV cache (layers/kv_cache.h): x [B, t, C] holds positions past .. past + t - 1; their
   // keys and values are written into `cache`, and each query attends to every cached position up to its

@@ -22,7 +22,7 @@ Tensor SwiGLU::hidden(const Tensor& x) {
 Tensor SwiGLU::forward(const Tensor& x) { return dropout(proj->forward(hidden(x)), dropout_, is_training(), *gen_); }
 
 Tensor SwiGLU::forward_residual(const Tensor& x, const Tensor& residual) {
-  if (is_training() && dropout_ > 0) return residual + forward(x);
+  if (is_training() && dropout_ > 0) return dpt::dropout_add(proj->forward(hidden(x)), residual, dropout_, *gen_);
   return proj->forward_residual(hidden(x), residual);
 }
 

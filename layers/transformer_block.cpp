@@ -16,7 +16,9 @@ Tensor FeedForward::forward(const Tensor& x) {
 }
 
 Tensor FeedForward::forward_residual(const Tensor& x, const Tensor& residual) {
-  if (is_training() && dropout_ > 0) return residual + forward(x);
+  if (is_training() && dropout_ > 0) {
+    return dpt::dropout_add(proj->forward(fc->forward_with(x, Activation::Gelu)), residual, dropout_, *gen_);
+  }
   return proj->forward_residual(fc->forward_with(x, Activation::Gelu), residual);
 }
 

@@ -16,7 +16,8 @@ class FeedForward : public FeedForwardLayer {
  public:
   FeedForward(int64_t n_embd, double dropout = 0.0, Generator& gen = default_generator(), bool bias = true);
   Tensor forward(const Tensor& x) override;
-  // residual + forward(x), the add inside proj's GEMM when there is no dropout to apply first.
+  // residual + forward(x), the add inside proj's GEMM when there is no dropout to apply first, inside
+  // the dropout kernel when there is (dpt::dropout_add).
   Tensor forward_residual(const Tensor& x, const Tensor& residual) override;
 
   std::shared_ptr<Linear> fc;    // C -> 4C

@@ -14,7 +14,8 @@
 #                  against the same run through other GPU kernels (deterministic algorithms, cuBLASLt for
 #                  every matmul, the math attention backend; memory-efficient attention under bf16)
 #   bf16  compile  the eager reference against torch.compile (other fused kernels, same arithmetic)
-# (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: cpu, compile or kernels.)
+#   any   order    the reference with every batch's examples reversed: the same sums in another order
+# (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: cpu, compile, kernels or order.)
 #
 # The bar, step by step: with gap(t) = |dptrain(t) - PyTorch(t)| / |PyTorch(t)| and floor(t) =
 # |floor run(t) - PyTorch(t)| / |PyTorch(t)|, every step s must have
@@ -219,7 +220,7 @@ floor_kind() {  # floor_kind WORKLOAD PRECISION: what the floor run changes
 for p in "${precisions[@]}"; do
   for w in "${workloads[@]}"; do
     f="$(floor_kind "$w" "$p")"
-    [[ "$f" =~ ^(cpu|compile|kernels)$ ]] || usage_error "unknown floor '$f' for $w $p (cpu compile kernels)"
+    [[ "$f" =~ ^(cpu|compile|kernels|order)$ ]] || usage_error "unknown floor '$f' for $w $p (cpu compile kernels order)"
     [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
   done
 done

@@ -35,9 +35,12 @@ void random_uniform(const Tensor& out, uint64_t seed, uint64_t offset, double lo
   });
 }
 
-void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rng) {
+void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rng, const Tensor& residual) {
   DPT_CHECK(in.is_contiguous() && out.is_contiguous() && in.numel() == out.numel() && in.dtype() == out.dtype(),
             "dropout kernel: expected contiguous input and output of one shape and dtype");
+  DPT_CHECK(!residual.defined() || (residual.is_contiguous() && residual.numel() == out.numel() &&
+                                    residual.dtype() == out.dtype()),
+            "dropout kernel: expected a contiguous residual of the output's shape and dtype");
   DPT_CHECK(rng.base == nullptr, "dropout kernel: a device counter has no meaning on the CPU");
   const float threshold = static_cast<float>(p);
   visit_floating(out.dtype(), "dropout", [&](auto tag) {
@@ -45,11 +48,13 @@ void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rn
     using A = std::conditional_t<std::is_same_v<T, double>, double, float>;  // as the CUDA kernel
     const A scale = static_cast<A>(1.0 / (1.0 - p));
     const T* x = in.data<T>();
+    const T* r = residual.defined() ? residual.data<T>() : nullptr;
     T* y = out.data<T>();
     const int64_t n = out.numel();
     for (int64_t i = 0; i < n; ++i) {
       const bool keep = philox::dropout_uniform_at(rng.seed, rng.offset, static_cast<uint64_t>(i)) > threshold;
-      y[i] = keep ? convert<T>(convert<A>(x[i]) * scale) : convert<T>(A(0));
+      const A kept = keep ? convert<A>(x[i]) * scale : A(0);
+      y[i] = convert<T>(r ? convert<A>(r[i]) + kept : kept);
     }
   });
 }

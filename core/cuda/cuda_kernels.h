@@ -10,4 +10,8 @@ using kernels::GemmArgs;
 using kernels::ReduceOp;
 using kernels::UnaryOp;
 #include "core/kernel_decls.inc"
+
+// state (int64 [2] on the device) = {rng.seed, rng.offset + *rng.base}: a draw's start as device scalars,
+// for a library kernel that reads them when it runs (cuDNN's attention dropout).
+void philox_state(const PhiloxArgs& rng, const Tensor& state);
 }  // namespace dpt::cuda_kernels

@@ -73,6 +73,10 @@ DescriptorPtr GraphBuilder::scalar(int64_t* uid_out) {
   return make_tensor(CUDNN_DATA_FLOAT, {1, 1, 1, 1}, {1, 1, 1, 1}, false, true, uid_out);
 }
 
+DescriptorPtr GraphBuilder::device_int64(int64_t* uid_out) {
+  return make_tensor(CUDNN_DATA_INT64, {1, 1, 1, 1}, {1, 1, 1, 1}, false, false, uid_out);
+}
+
 void GraphBuilder::matmul(const DescriptorPtr& a, const DescriptorPtr& b, const DescriptorPtr& c) {
   auto desc = std::make_shared<Descriptor>(CUDNN_BACKEND_MATMUL_DESCRIPTOR);
   const cudnnDataType_t compute = CUDNN_DATA_FLOAT;
@@ -115,6 +119,23 @@ void GraphBuilder::reduction(cudnnReduceTensorOp_t reduce_op, const DescriptorPt
   op->set(CUDNN_ATTR_OPERATION_REDUCTION_XDESC, *x)
       .set(CUDNN_ATTR_OPERATION_REDUCTION_YDESC, *y)
       .set(CUDNN_ATTR_OPERATION_REDUCTION_DESC, *desc)
+      .finalize();
+  keep_.push_back(desc);
+  ops_.push_back(op);
+}
+
+void GraphBuilder::bernoulli(double keep, const DescriptorPtr& seed, const DescriptorPtr& offset,
+                             const DescriptorPtr& y) {
+  auto desc = std::make_shared<Descriptor>(CUDNN_BACKEND_RNG_DESCRIPTOR);
+  const cudnnRngDistribution_t distribution = CUDNN_RNG_DISTRIBUTION_BERNOULLI;
+  desc->set(CUDNN_ATTR_RNG_DISTRIBUTION, CUDNN_TYPE_RNG_DISTRIBUTION, 1, &distribution)
+      .set(CUDNN_ATTR_RNG_BERNOULLI_DIST_PROBABILITY, CUDNN_TYPE_DOUBLE, 1, &keep)
+      .finalize();
+  auto op = std::make_shared<Descriptor>(CUDNN_BACKEND_OPERATION_RNG_DESCRIPTOR);
+  op->set(CUDNN_ATTR_OPERATION_RNG_YDESC, *y)
+      .set(CUDNN_ATTR_OPERATION_RNG_SEED, *seed)
+      .set(CUDNN_ATTR_OPERATION_RNG_OFFSET_DESC, *offset)
+      .set(CUDNN_ATTR_OPERATION_RNG_DESC, *desc)
       .finalize();
   keep_.push_back(desc);
   ops_.push_back(op);

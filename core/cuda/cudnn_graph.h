@@ -47,12 +47,16 @@ class GraphBuilder {
   DescriptorPtr virtual_tensor(cudnnDataType_t type, const Dims& dims, const Dims& strides);
   // A float32 scalar passed by value at execution (a host pointer in the variant pack).
   DescriptorPtr scalar(int64_t* uid_out);
+  // An int64 scalar in device memory (a random draw's seed or offset, which a CUDA graph's replays move on).
+  DescriptorPtr device_int64(int64_t* uid_out);
 
   void matmul(const DescriptorPtr& a, const DescriptorPtr& b, const DescriptorPtr& c);
   // y = op(x) or y = op(x, b); binary select is y = t ? x : b. axis only for CUDNN_POINTWISE_GEN_INDEX.
   void pointwise(cudnnPointwiseMode_t mode, cudnnDataType_t math, const DescriptorPtr& x, const DescriptorPtr& y,
                  const DescriptorPtr& b = nullptr, const DescriptorPtr& t = nullptr, int64_t axis = -1);
   void reduction(cudnnReduceTensorOp_t op, const DescriptorPtr& x, const DescriptorPtr& y);
+  // y = 1 with probability `keep`, else 0, from cuDNN's Philox generator at the device scalars seed and offset.
+  void bernoulli(double keep, const DescriptorPtr& seed, const DescriptorPtr& offset, const DescriptorPtr& y);
   // y views x's elements with other dims and strides (a transpose, for the engines that read it so).
   void reshape(const DescriptorPtr& x, const DescriptorPtr& y);
 

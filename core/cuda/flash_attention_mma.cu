@@ -228,10 +228,11 @@ __device__ __forceinline__ float2 dropout_pair(const AttentionDropout& d, uint64
                                                int query, int key, float scale) {
   const uint64_t n =
       start + (static_cast<uint64_t>(head) * t + static_cast<uint64_t>(query)) * t + static_cast<uint64_t>(key);
-  const philox::Words w = philox::dropout_words(d.rng.seed, n >> 2);
-  const float u0 = philox::word_of(w, n & 3);
-  const float u1 = (n & 3) != 3 ? philox::word_of(w, (n & 3) + 1)
-                                : philox::word_of(philox::dropout_words(d.rng.seed, (n >> 2) + 1), 0);
+  constexpr uint64_t kGroup = philox::kDropoutGroup;
+  const philox::Words w = philox::dropout_words(d.rng.seed, n / kGroup);
+  const float u0 = philox::half_of(w, n % kGroup);
+  const float u1 = n % kGroup != kGroup - 1 ? philox::half_of(w, n % kGroup + 1)
+                                            : philox::half_of(philox::dropout_words(d.rng.seed, n / kGroup + 1), 0);
   return make_float2(u0 > d.p ? scale : 0.0f, u1 > d.p ? scale : 0.0f);
 }
 

@@ -39,44 +39,99 @@ void launch_random(const Tensor& out, uint64_t seed, uint64_t offset, double shi
   });
 }
 
-// Grid-stride over elements, one Philox call each (the CPU kernel's very function), in float32.
-// A thread per group of four Philox numbers (philox::dropout_uniform_at): one call, up to four elements.
-// Products in float32 (float64 for float64 tensors), as on the CPU.
+// Eight consecutive elements to and from registers: 16-byte accesses where every pointer allows them (a
+// warp then moves whole cache lines), one element at a time otherwise and for the last, partial chunk.
 template <class T>
-__global__ void dropout_kernel(const T* __restrict__ in, T* __restrict__ out, int64_t n, float threshold,
-                               double scale, uint64_t seed, uint64_t offset, const uint64_t* __restrict__ base) {
-  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
-  const A s = static_cast<A>(scale);
-  const uint64_t start = offset + (base != nullptr ? *base : 0);
-  const uint64_t first = start >> 2, groups = ((start + static_cast<uint64_t>(n) - 1) >> 2) - first + 1;
-  const uint64_t stride = static_cast<uint64_t>(gridDim.x) * blockDim.x;
-  for (uint64_t g = static_cast<uint64_t>(blockIdx.x) * blockDim.x + threadIdx.x; g < groups; g += stride) {
-    const philox::Words w = philox::dropout_words(seed, first + g);
+__device__ __forceinline__ void load_chunk(const T* __restrict__ from, T (&to)[philox::kDropoutGroup], int count,
+                                           bool vector) {
+  if (vector && count == philox::kDropoutGroup) {
+    constexpr int kWords = sizeof(T) * philox::kDropoutGroup / sizeof(uint4);
 #pragma unroll
-    for (uint64_t word = 0; word < 4; ++word) {
-      const int64_t i = static_cast<int64_t>(4 * (first + g) + word - start);  // the element of this number
-      if (i < 0 || i >= n) continue;
-      const bool keep = philox::word_of(w, word) > threshold;
-      out[i] = keep ? convert<T>(convert<A>(in[i]) * s) : convert<T>(A(0));
+    for (int k = 0; k < kWords; ++k) reinterpret_cast<uint4*>(to)[k] = reinterpret_cast<const uint4*>(from)[k];
+  } else {
+    for (int j = 0; j < count; ++j) to[j] = from[j];
+  }
+}
+template <class T>
+__device__ __forceinline__ void store_chunk(const T (&from)[philox::kDropoutGroup], T* __restrict__ to, int count,
+                                            bool vector) {
+  if (vector && count == philox::kDropoutGroup) {
+    constexpr int kWords = sizeof(T) * philox::kDropoutGroup / sizeof(uint4);
+#pragma unroll
+    for (int k = 0; k < kWords; ++k) reinterpret_cast<uint4*>(to)[k] = reinterpret_cast<const uint4*>(from)[k];
+  } else {
+    for (int j = 0; j < count; ++j) to[j] = from[j];
+  }
+}
+
+// A thread per chunk of eight elements, whose numbers (philox::dropout_uniform_at) are one Philox call's
+// when the draw starts on a multiple of eight, as every draw of whole multiples of eight does, and two
+// calls' otherwise (the start may be a device counter's value, known only when the kernel runs). Products
+// in float32 (float64 for float64 tensors), and the residual's add after the product, as on the CPU.
+template <class T, bool kResidual>
+__global__ void dropout_kernel(const T* __restrict__ in, T* __restrict__ out, const T* __restrict__ residual,
+                               int64_t n, float threshold, double scale, uint64_t seed, uint64_t offset,
+                               const uint64_t* __restrict__ base, bool vector) {
+  using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
+  constexpr int kGroup = philox::kDropoutGroup;
+  const A s = static_cast<A>(scale);
+  const uint64_t start = offset + (base != nullptr ? *base : 0), shift = start % kGroup;
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kGroup;
+  for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kGroup; i < n; i += stride) {
+    const int count = static_cast<int>(n - i < kGroup ? n - i : kGroup);
+    const uint64_t group = (start + static_cast<uint64_t>(i)) / kGroup;
+    const philox::Words low = philox::dropout_words(seed, group);
+    const philox::Words high = shift != 0 ? philox::dropout_words(seed, group + 1) : low;
+    T x[kGroup], r[kGroup], y[kGroup];
+    load_chunk(in + i, x, count, vector);
+    if constexpr (kResidual) load_chunk(residual + i, r, count, vector);
+#pragma unroll
+    for (int j = 0; j < kGroup; ++j) {
+      const uint64_t number = shift + j;  // within low's eight, then high's
+      const float u = number < kGroup ? philox::half_of(low, number) : philox::half_of(high, number - kGroup);
+      const A kept = u > threshold ? convert<A>(x[j]) * s : A(0);
+      y[j] = convert<T>(kResidual ? convert<A>(r[j]) + kept : kept);
     }
+    store_chunk(y, out + i, count, vector);
   }
 }
 
 __global__ void advance_counter_kernel(uint64_t* counter, uint64_t amount) { *counter += amount; }
 
+__global__ void philox_state_kernel(int64_t* state, uint64_t seed, uint64_t offset, const uint64_t* base) {
+  state[0] = static_cast<int64_t>(seed);
+  state[1] = static_cast<int64_t>(offset + (base != nullptr ? *base : 0));
+}
+
 }  // namespace
 
-void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rng) {
+void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rng, const Tensor& residual) {
   DPT_CHECK(in.is_contiguous() && out.is_contiguous() && in.numel() == out.numel() && in.dtype() == out.dtype(),
             "dropout kernel (CUDA): expected contiguous input and output of one shape and dtype");
-  const int device = device_of(out, {&in}, "dropout");
+  DPT_CHECK(!residual.defined() || (residual.is_contiguous() && residual.numel() == out.numel() &&
+                                    residual.dtype() == out.dtype()),
+            "dropout kernel (CUDA): expected a contiguous residual of the output's shape and dtype");
+  const int device = device_of(out, {&in, &residual}, "dropout");
   const int64_t n = out.numel();
   if (n == 0) return;
   cuda::DeviceGuard guard(device);
   visit_floating(out.dtype(), "dropout", [&](auto tag) {
     using T = decltype(tag);
-    dropout_kernel<T><<<grid_for(n / 4 + 1, device), kThreads, 0, cuda::current_stream(device)>>>(
-        ptr<T>(in), ptr<T>(out), n, static_cast<float>(p), 1.0 / (1.0 - p), rng.seed, rng.offset, rng.base);
+    const unsigned grid = grid_for(n / philox::kDropoutGroup + 1, device);
+    const cudaStream_t stream = cuda::current_stream(device);
+    const float threshold = static_cast<float>(p);
+    const double scale = 1.0 / (1.0 - p);
+    auto aligned = [](const Tensor& t) {
+      return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % sizeof(uint4) == 0;
+    };
+    const bool vector = aligned(in) && aligned(out) && aligned(residual);
+    if (residual.defined()) {
+      dropout_kernel<T, true><<<grid, kThreads, 0, stream>>>(ptr<T>(in), ptr<T>(out), ptr<T>(residual), n, threshold,
+                                                            scale, rng.seed, rng.offset, rng.base, vector);
+    } else {
+      dropout_kernel<T, false><<<grid, kThreads, 0, stream>>>(ptr<T>(in), ptr<T>(out), nullptr, n, threshold, scale,
+                                                             rng.seed, rng.offset, rng.base, vector);
+    }
     DPT_CUDA_CHECK_LAUNCH();
   });
 }
@@ -87,6 +142,15 @@ void advance_counter(const Tensor& counter, uint64_t amount) {
   cuda::DeviceGuard guard(device);
   advance_counter_kernel<<<1, 1, 0, cuda::current_stream(device)>>>(reinterpret_cast<uint64_t*>(ptr<int64_t>(counter)),
                                                                      amount);
+  DPT_CUDA_CHECK_LAUNCH();
+}
+
+void philox_state(const PhiloxArgs& rng, const Tensor& state) {
+  DPT_CHECK(state.dtype() == DType::Int64 && state.numel() == 2 && state.is_contiguous(),
+            "philox_state: expected a contiguous int64 [2] tensor");
+  const int device = device_of(state, {}, "philox_state");
+  cuda::DeviceGuard guard(device);
+  philox_state_kernel<<<1, 1, 0, cuda::current_stream(device)>>>(ptr<int64_t>(state), rng.seed, rng.offset, rng.base);
   DPT_CUDA_CHECK_LAUNCH();
 }
 

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "core/cuda/check.h"
+#include "core/cuda/cuda_kernels.h"
 #include "core/cuda/cudnn_graph.h"
 #include "core/cuda/handles.h"
 #include "core/cuda/stream.h"
@@ -32,6 +33,7 @@ struct AttentionPlan {
   int64_t q = 0, k = 0, v = 0, out = 0, lse = 0, scale = 0, neg_inf = 0;  // both directions
   int64_t grad_out = 0, grad_q = 0, grad_k = 0, grad_v = 0, one = 0;      // backward
   int64_t dot = 0;                                                        // backward, float32 scratch
+  int64_t seed = 0, offset = 0, dropout_scale = 0;                        // with dropout
 
   // Asks cuDNN for a plan of the finished graph (none: no engine) and the workspace it needs.
   void build(cudnnHandle_t handle) {
@@ -78,9 +80,22 @@ DescriptorPtr scaled_causal(GraphBuilder& g, const Shapes& sh, const DescriptorP
   return masked;
 }
 
+// Dropout's mask on the attention weights, as cuDNN's own SDPA graphs spell it: x times a Bernoulli(1 - p)
+// draw of cuDNN's Philox generator at the device scalars seed and offset (the same draw in the forward and
+// the backward, which regenerates it). The caller multiplies by 1 / (1 - p).
+DescriptorPtr apply_mask(GraphBuilder& g, const Shapes& sh, AttentionPlan& plan, double dropout,
+                         const DescriptorPtr& x) {
+  DescriptorPtr mask = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.scores(), sh.score_strides());
+  g.bernoulli(1.0 - dropout, g.device_int64(&plan.seed), g.device_int64(&plan.offset), mask);
+  DescriptorPtr kept = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.scores(), sh.score_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, x, kept, mask);
+  return kept;
+}
+
 // Forward: S = Q K^T, scaled and masked, softmax spelled out (max, subtract, exp, sum, divide; the
 // logsumexp from the max and the log of the sum), O = P V.
-std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh) {
+std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh,
+                                             double dropout) {
   auto p = std::make_unique<AttentionPlan>();
   GraphBuilder& g = p->graph;
   auto q = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.q), &p->q);
@@ -109,7 +124,14 @@ std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const Attenti
   g.pointwise(CUDNN_POINTWISE_ADD, CUDNN_DATA_FLOAT, max, lse, log_sum);
   // P in the operands' type: the second product runs on bfloat16 tensor cores.
   auto probs = score(CUDNN_DATA_BFLOAT16);
-  g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, probs, sum);
+  if (dropout > 0) {
+    auto weights = score(CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, weights, sum);
+    auto dropped = apply_mask(g, sh, *p, dropout, weights);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dropped, probs, g.scalar(&p->dropout_scale));
+  } else {
+    g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, probs, sum);
+  }
   g.matmul(probs, v, out);
 
   p->build(handle);
@@ -117,10 +139,13 @@ std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const Attenti
 }
 
 // Backward (core/ops_flash_attention.h has the math): D = rowsum(dO * O) into float32 scratch,
-// P = exp(scale S - lse) masked, dV = P^T dO, dS = P (dO V^T - D) scale, dK = dS^T Q, dQ = dS K. dQ is
+// P = exp(scale S - lse) masked, dV = P^T dO, dS = P (dO V^T - D) scale, dK = dS^T Q, dQ = dS K. With
+// dropout's mask M and r = 1 / (1 - p): dV = (r P M)^T dO and dS = r P (M dO V^T - D / r) scale, the
+// scratch D then holding D (1 - p) (the scalar `one`). dQ is
 // written straight from dS K, which the engine forms deterministically: no float32 accumulator that
 // tiles add to in no fixed order, so a step repeats bit for bit.
-std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh) {
+std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const AttentionLayouts& layouts, const Shapes& sh,
+                                              double dropout) {
   auto p = std::make_unique<AttentionPlan>();
   GraphBuilder& g = p->graph;
   auto q = g.tensor(CUDNN_DATA_BFLOAT16, sh.operand(), strides_of(layouts.q), &p->q);
@@ -153,15 +178,37 @@ std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const Attent
   auto probs = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_EXP, CUDNN_DATA_FLOAT, masked, probs);
   auto probs_t = transposed_score();
-  g.reshape(probs, probs_t);
+  DescriptorPtr mask, dropout_scale;
+  if (dropout > 0) {
+    mask = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.scores(), sh.score_strides());
+    g.bernoulli(1.0 - dropout, g.device_int64(&p->seed), g.device_int64(&p->offset), mask);
+    dropout_scale = g.scalar(&p->dropout_scale);
+    auto kept = score(CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, probs, kept, mask);
+    auto rescaled = score(CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, kept, rescaled, dropout_scale);
+    g.reshape(rescaled, probs_t);
+  } else {
+    g.reshape(probs, probs_t);
+  }
   g.matmul(probs_t, grad_out, grad_v);
 
   auto dp = score(CUDNN_DATA_FLOAT);
   g.matmul(grad_out, vt, dp);
+  if (mask) {
+    auto kept = score(CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp, kept, mask);
+    dp = kept;
+  }
   auto centred = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, centred, dot);
   auto weighted = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, centred, weighted, probs);
+  if (dropout_scale) {
+    auto rescaled = score(CUDNN_DATA_FLOAT);
+    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, weighted, rescaled, dropout_scale);
+    weighted = rescaled;
+  }
   auto ds = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, weighted, ds, scale);
   auto ds_t = transposed_score();
@@ -176,8 +223,8 @@ std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const Attent
   return p;
 }
 
-// Plans are per thread (cuDNN handles are) and device, per direction, shape and layout.
-using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t, std::vector<int64_t>>;
+// Plans are per thread (cuDNN handles are) and device, per direction, shape, layout and dropout probability.
+using PlanKey = std::tuple<int, int, int64_t, int64_t, int64_t, float, std::vector<int64_t>>;
 
 bool same_heads(const AttentionLayouts& l) {
   return l.q.heads == l.k.heads && l.q.heads == l.v.heads && l.q.heads == l.out.heads;
@@ -188,13 +235,13 @@ bool same_heads(const AttentionLayouts& l) {
 // capture forbids): the caller then runs our own kernels.
 template <class Build>
 AttentionPlan* find_plan(int device, int direction, const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d,
-                         const char* what, Build&& build) {
+                         float dropout, const char* what, Build&& build) {
   thread_local std::map<PlanKey, std::unique_ptr<AttentionPlan>> plans;
   std::vector<int64_t> strides;
   for (const AttentionLayout* l : {&layouts.q, &layouts.k, &layouts.v, &layouts.out}) {
     strides.insert(strides.end(), {l->heads, l->batch_stride, l->head_stride, l->row_stride});
   }
-  const PlanKey key{device, direction, bh, t, d, strides};
+  const PlanKey key{device, direction, bh, t, d, dropout, strides};
   auto it = plans.find(key);
   if (it == plans.end()) {
     cudaStreamCaptureStatus capture = cudaStreamCaptureStatusNone;
@@ -212,9 +259,9 @@ AttentionPlan* find_plan(int device, int direction, const AttentionLayouts& layo
     }
     if (!built->plan) {
       spdlog::warn(
-          "cuDNN attention: no {} engine for causal attention over {} heads of {} x {} ({}); "
+          "cuDNN attention: no {} engine for causal attention over {} heads of {} x {}{} ({}); "
           "using own kernels",
-          what, bh, t, d, failure);
+          what, bh, t, d, dropout > 0 ? fmt::format(" with dropout {}", dropout) : "", failure);
     }
     it = plans.emplace(key, std::move(built)).first;
   }
@@ -234,45 +281,77 @@ bool usable(const AttentionLayouts& layouts, int64_t bh, const Tensor& lse) {
   return same_heads(layouts) && bh % layouts.q.heads == 0 && lse.is_contiguous();
 }
 
+// The seed and offset of dropout's draw as two int64 device scalars, read by the engine when it runs (a CUDA
+// graph's replays then draw fresh masks as the generator's device counter moves on).
+Tensor seed_and_offset(const Tensor& like, const AttentionDropout& drop) {
+  Tensor state = Tensor::empty({2}, like.options().with_dtype(DType::Int64));
+  philox_state(drop.rng, state);
+  return state;
+}
+
+// The dropout bindings of plan `p`: seed, offset and the rescaling 1 / (1 - p); none without dropout.
+void bind_dropout(const AttentionPlan& p, const AttentionDropout& drop, const Tensor& state, float& rescale,
+                  std::vector<int64_t>& uids, std::vector<void*>& pointers) {
+  if (drop.p == 0) return;
+  rescale = 1.0f / (1.0f - drop.p);
+  int64_t* values = static_cast<int64_t*>(state.data_ptr());
+  uids.insert(uids.end(), {p.seed, p.offset, p.dropout_scale});
+  pointers.insert(pointers.end(), {values, values + 1, &rescale});
+}
+
+AttentionPlan* backward_plan(int device, const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d,
+                             float dropout) {
+  return find_plan(device, 1, layouts, bh, t, d, dropout, "backward", [&](cudnnHandle_t handle, const Shapes& sh) {
+    return build_backward(handle, layouts, sh, dropout);
+  });
+}
+
 }  // namespace
 
 bool sdpa_forward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& lse,
-                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale) {
+                        const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale,
+                        const AttentionDropout& drop) {
   if (!usable(layouts, bh, lse)) return false;
   const int device = out.device().index;
-  AttentionPlan* p = find_plan(device, 0, layouts, bh, t, d, "forward", [&](cudnnHandle_t handle, const Shapes& sh) {
-    return build_forward(handle, layouts, sh);
-  });
+  AttentionPlan* p =
+      find_plan(device, 0, layouts, bh, t, d, drop.p, "forward", [&](cudnnHandle_t handle, const Shapes& sh) {
+        return build_forward(handle, layouts, sh, drop.p);
+      });
   if (!p) return false;
+  // Only cuDNN can draw its mask again: with dropout, its forward runs only where its backward will.
+  if (drop.p > 0 && !backward_plan(device, layouts, bh, t, d, drop.p)) return false;
   Tensor workspace = p->workspace_bytes > 0 ? scratch(out, p->workspace_bytes) : Tensor();
-  float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity();
-  cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan,
-                             {p->q, p->k, p->v, p->out, p->lse, p->scale, p->neg_inf},
-                             {operand_at(q, layouts.q), operand_at(k, layouts.k), operand_at(v, layouts.v),
-                              operand_at(out, layouts.out), lse.data_ptr(), &scale_value, &neg_inf_value},
+  Tensor state = drop.p > 0 ? seed_and_offset(out, drop) : Tensor();
+  float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity(), rescale = 1;
+  std::vector<int64_t> uids{p->q, p->k, p->v, p->out, p->lse, p->scale, p->neg_inf};
+  std::vector<void*> pointers{operand_at(q, layouts.q),     operand_at(k, layouts.k), operand_at(v, layouts.v),
+                              operand_at(out, layouts.out), lse.data_ptr(),           &scale_value,
+                              &neg_inf_value};
+  bind_dropout(*p, drop, state, rescale, uids, pointers);
+  cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan, uids, pointers,
                              workspace.defined() ? workspace.data_ptr() : nullptr);
   return true;
 }
 
 bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, const Tensor& out, const Tensor& grad_out,
                          const Tensor& lse, const Tensor& grad_q, const Tensor& grad_k, const Tensor& grad_v,
-                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale) {
+                         const AttentionLayouts& layouts, int64_t bh, int64_t t, int64_t d, double scale,
+                         const AttentionDropout& drop) {
   if (!usable(layouts, bh, lse)) return false;
   const int device = out.device().index;
-  AttentionPlan* p = find_plan(device, 1, layouts, bh, t, d, "backward", [&](cudnnHandle_t handle, const Shapes& sh) {
-    return build_backward(handle, layouts, sh);
-  });
+  AttentionPlan* p = backward_plan(device, layouts, bh, t, d, drop.p);
   if (!p) return false;
   // Scratch from the stream-ordered pool, free again once the call is enqueued. The deterministic graph's
   // workspace holds dP for every head (b heads t t bfloat16: 384 MiB for GPT-2), transient: under a
   // CUDA graph it is carved from a larger block the step has freed by then (core/cuda/graph_memory.h).
   Tensor workspace = p->workspace_bytes > 0 ? scratch(out, p->workspace_bytes) : Tensor();
   Tensor dot = scratch(out, bh * t * 4);
+  Tensor state = drop.p > 0 ? seed_and_offset(out, drop) : Tensor();
   float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity(),
-        one_value = 1.0f;
-  const std::vector<int64_t> uids{p->q,      p->k,      p->v,   p->out,   p->grad_out, p->lse, p->grad_q,
+        one_value = 1.0f - drop.p, rescale = 1;
+  std::vector<int64_t> uids{p->q,      p->k,      p->v,   p->out,   p->grad_out, p->lse, p->grad_q,
                                   p->grad_k, p->grad_v, p->dot, p->scale, p->neg_inf,  p->one};
-  const std::vector<void*> pointers{operand_at(q, layouts.q),
+  std::vector<void*> pointers{operand_at(q, layouts.q),
                                     operand_at(k, layouts.k),
                                     operand_at(v, layouts.v),
                                     operand_at(out, layouts.out),
@@ -285,6 +364,7 @@ bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, cons
                                     &scale_value,
                                     &neg_inf_value,
                                     &one_value};
+  bind_dropout(*p, drop, state, rescale, uids, pointers);
   cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan, uids, pointers,
                              workspace.defined() ? workspace.data_ptr() : nullptr);
   return true;

@@ -107,6 +107,29 @@ TEST(Random, DropoutKeepsByThePhiloxDrawAndItsBackwardUsesTheSameMask) {
   EXPECT_EQ(x.grad().to_vector<double>(), out);
 }
 
+// dropout_add is residual + dropout(x) from the same generator state, in one kernel: in float64 the same
+// values; its backward passes the gradient to the residual and the masked gradient to x.
+TEST(Random, DropoutAddIsTheResidualPlusDropoutWithTheSameMask) {
+  Generator a(8), b(8);
+  a.set_state(8, 3);  // an offset no multiple of the Philox group
+  b.set_state(8, 3);
+  Generator values(4);
+  Tensor x = randn({1001}, values, kF64), residual = randn({1001}, values, kF64);
+  x.requires_grad_();
+  residual.requires_grad_();
+  Tensor y = dropout_add(x, residual, 0.3, a);
+  EXPECT_EQ(a.offset(), 3u + 1001u);
+  const std::vector<double> want = (residual.detach() + dropout(x.detach(), 0.3, b)).to_vector<double>();
+  EXPECT_EQ(y.to_vector<double>(), want);
+  sum(y).backward();
+  EXPECT_EQ(residual.grad().to_vector<double>(), std::vector<double>(1001, 1.0));
+  const std::vector<double> gx = x.grad().to_vector<double>();
+  for (size_t i = 0; i < gx.size(); ++i) {
+    const bool keep = philox::dropout_uniform_at(8, 3, i) > 0.3f;
+    EXPECT_EQ(gx[i], keep ? 1.0 / 0.7 : 0.0) << i;
+  }
+}
+
 // While a CUDA graph is captured, draws are relative to the device counter the graph moves on; a draw at a
 // fixed host offset would repeat every replay and is refused.
 TEST(Random, CapturedDrawsAreRelativeToTheDeviceCounter) {

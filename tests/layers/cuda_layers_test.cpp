@@ -7,6 +7,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
+#include "core/flags.h"
 #include "core/ops.h"
 #include "core/ops_flash_attention.h"
 #include "layers/activation.h"
@@ -82,6 +83,14 @@ TEST(CudaLayers, DropoutDrawsTheSameMaskOnBothDevices) {
   Generator gen(2);
   Tensor x = randn({64, 33}, gen);
   expect_parity([](Generator& g) { return std::make_shared<Dropout>(0.3, g); }, x, 1e-6);
+  // dropout_add in bfloat16 from an offset no multiple of the Philox group: the same bits on both.
+  Generator on_cpu(9), on_gpu(9);
+  on_cpu.set_state(9, 13);
+  on_gpu.set_state(9, 13);
+  const TensorOptions bf16 = TensorOptions{}.with_dtype(DType::BFloat16);
+  Tensor a = randn({1001}, gen, bf16), r = randn({1001}, gen, bf16);
+  Tensor yc = dropout_add(a, r, 0.2, on_cpu), yg = dropout_add(a.to(Device::cuda()), r.to(Device::cuda()), 0.2, on_gpu);
+  EXPECT_EQ(yc.to_vector<double>(), yg.to(Device::cpu()).to_vector<double>());
 }
 
 TEST(CudaLayers, MlpAttentionBlock) {
@@ -160,12 +169,13 @@ TEST(CudaLayers, Bf16GptAndCnnStayWithinBf16ToleranceOfFloat32) {
   EXPECT_LE(max_abs_diff(y32, y16), 0.05);
 }
 
-// Attention dropout inside the bf16 kernels draws the mask the composed path draws for the [B, H, T, T]
+// Attention dropout inside our bf16 kernels draws the mask the composed path draws for the [B, H, T, T]
 // weights: the CPU's float32 composition with the same generator state is the reference for the output and
 // every gradient, within bf16 rounding. T = 80 is no multiple of the kernels' tiles; a wrong mask index or a
 // mask missing from one of the three kernels moves values by whole weights, far beyond the tolerance.
 TEST(CudaLayers, FusedAttentionDropoutDrawsTheComposedPathsMask) {
   REQUIRE_GPU();
+  ScopedFlag ours(Flag::Attention, "flash");  // cuDNN's engines draw their own mask (sdpa_cudnn_test.cpp)
   Generator gen(3);
   Tensor x = randn({2, 80, 128}, gen);
   Generator g1(11), g2(11), g3(11);

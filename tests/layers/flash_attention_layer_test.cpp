@@ -84,7 +84,7 @@ TEST(CudaFlashAttentionLayer, PackedQkvPathMatchesExplicitCompositionInBfloat16)
   }
 }
 
-// Attention dropout drawn inside the mma kernels against the layer's composed path (DPT_ATTENTION=reference:
+// Attention dropout drawn inside our mma kernels against the layer's composed path (DPT_ATTENTION=reference:
 // scores, softmax, dpt::dropout on the [B, H, T, T] weights, matmul), both on the GPU in bfloat16 from the
 // same weights and generator state, so both draw the same mask. A mask that differed would move values by
 // whole weights, far beyond the tolerance, which leaves room for the composed path's bfloat16 scores.
@@ -109,7 +109,11 @@ TEST(CudaFlashAttentionLayer, FusedDropoutMatchesTheReferencePathInBfloat16) {
     return out;
   };
   ASSERT_TRUE(causal_attention_dropout_fused(Tensor::empty({b, t, 3 * n_embd}, bf16), n_head));
-  std::vector<Tensor> got = run(fused), want;
+  std::vector<Tensor> got, want;
+  {
+    ScopedFlag ours(Flag::Attention, "flash");  // cuDNN's engines draw their own mask (sdpa_cudnn_test.cpp)
+    got = run(fused);
+  }
   {
     ScopedFlag reference(Flag::Attention, "reference");
     ASSERT_FALSE(causal_attention_dropout_fused(Tensor::empty({b, t, 3 * n_embd}, bf16), n_head));
