@@ -1,10 +1,11 @@
 #pragma once
-// The trainer's registries (core/registry.h): optimizers, learning-rate schedules, datasets and models
-// beyond the built-in kinds of optim.kind, schedule.kind, data.kind and model.kind. A component is one
-// source file in the matching folder (apps/train/optimizers/, schedules/, datasets/, models/) that
-// DPT_REGISTERs an entry: its name joins the kind's allowed values, its settings become the config keys
-// "<section>.<name>.<setting>" (optim.lion.beta2), validated and listed by --config-reference like any
-// other key, and its factory is what the trainer calls when the config names it.
+// The trainer's registries (core/registry.h): every optimizer, learning-rate schedule, dataset and model
+// that optim.kind, schedule.kind, data.kind and model.kind can name. A component is one source file in the
+// matching folder (apps/train/optimizers/, schedules/, datasets/, models/) that DPT_REGISTERs an entry: its
+// name joins the kind's allowed values, its settings become the config keys "<section>.<name>.<setting>"
+// (optim.lion.beta2), validated and listed by --config-reference like any other key, and its factory is
+// what the trainer calls when the config names it. The built-in components predate the registry and read
+// the older flat keys (optim.beta1, data.path, model.gpt.n_layer, ...), so they register no settings.
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -12,6 +13,8 @@
 #include <vector>
 
 #include "config.h"
+#include "core/device.h"
+#include "core/dtype.h"
 #include "core/registry.h"
 #include "data_factory.h"
 #include "layers/module.h"
@@ -57,17 +60,31 @@ struct DatasetFactory {
 Registry<DatasetFactory>& datasets();
 
 // A model built for the data: the module, how a batch becomes its loss, and what the log says about it.
+using ModelLoss = std::function<Tensor(nn::Module&, const data::Batch&, DType compute)>;
 struct ModelParts {
   std::shared_ptr<nn::Module> module;
-  std::function<Tensor(nn::Module&, const data::Batch&, DType compute)> loss;
+  ModelLoss loss;
   std::string description;
   double flops_per_unit = 0;  // forward + backward per example; 0: not counted
 };
-using ModelFactory = std::function<ModelParts(const Config&, const Settings&, const DataShape&, Generator&)>;
+// What training a model will hold, counted from the config before anything is allocated (for the memory
+// check, apps/train/memory_estimate.h). In doubles: the configs this check exists for overflow int64 in
+// bytes (65536^2 x 12 x 1024 x 16).
+struct ModelFootprint {
+  double parameters = 0;
+  double activations = 0;  // bytes backward keeps for one micro-batch (training.batch_size)
+  std::string keys;        // the config keys that set the size, with their values
+};
+struct ModelFactory {
+  std::function<ModelParts(const Config&, const Settings&, const DataShape&, Generator&)> make;
+  // Optional: a model without one is not estimated, so the memory check has nothing to refuse it on.
+  std::function<ModelFootprint(const Config&, const Settings&, const DataShape&, DType compute, const Device&)>
+      estimate{};
+};
 Registry<ModelFactory>& models();
 
 // For the config schema: every registered setting with its full key, and the registered names a kind key
-// ("optim.kind", ...) allows besides the built-in ones.
+// ("optim.kind", ...) allows.
 struct RegisteredSetting {
   std::string key;
   SettingSpec spec;

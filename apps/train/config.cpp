@@ -945,8 +945,8 @@ class Loader {
     const std::string& m = c.model.kind;
     const std::string& d = c.data.kind;
     const std::string form = registered_data_form(d);
-    const bool token_data = d == "tokens" || d == "text" || d == "synthetic_tokens" || form == "tokens";
-    const bool image_data = d == "mnist" || d == "synthetic_images" || form == "images";
+    const bool token_data = form == "tokens";
+    const bool image_data = form == "images";
     if (m == "gpt" && !token_data) {
       report("data.kind", fmt::format("model.kind gpt needs token data (tokens | text | synthetic_tokens), got {}", d));
     } else if (m == "cnn" && !image_data) {

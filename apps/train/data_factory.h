@@ -1,7 +1,8 @@
 #pragma once
-// Builds the training and validation datasets a config names, and reports what the model needs to
-// know about them (input width, classes, vocabulary). Nothing is downloaded: synthetic data is
-// generated from the seed, synthetic token files are written on first use.
+// Builds the training and validation datasets a config names through its registry entry
+// (apps/train/components.h), and reports what the model needs to know about them (input width, classes,
+// vocabulary). Nothing is downloaded: synthetic data is generated from the seed, synthetic token files
+// are written on first use.
 #include <cstdint>
 #include <memory>
 #include <optional>
@@ -34,10 +35,5 @@ struct DataBundle {
 
 // Throws dpt::Error naming the file or key at fault.
 DataBundle make_data(const Config& config);
-
-// Seeded synthetic images: one random template per class, example i = template[i % classes] + noise.
-// Example i is a pure function of (seed, i). Inputs float32 [N, C, S, S], targets int32 [N].
-std::shared_ptr<data::Dataset> make_synthetic_images(int64_t num_samples, int64_t channels, int64_t size,
-                                                     int64_t num_classes, double noise, uint64_t seed);
 
 }  // namespace dpt::train

@@ -7,106 +7,26 @@
 #include <fstream>
 #include <sstream>
 
+#include "components.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/flags.h"
-#include "core/ops_flash_attention.h"
-#include "layers/swiglu.h"
 
 namespace dpt::train {
 
 namespace {
 
-// Counts in double: the configs this check exists for overflow int64 in bytes (65536^2 x 12 x 1024 x 16).
-struct Counts {
-  double parameters = 0;
-  double activations = 0;  // bytes, one micro-batch
-  std::string keys;        // the config keys that set the size, with their values
-};
-
-// GPT-2 (layers/gpt.h): wte V x C, wpe T x C, per block two LayerNorms (2C each), qkv (3C^2 + 3C),
-// proj (C^2 + C), fc (4C^2 + 4C), fc proj (4C^2 + C), then ln_f (2C); the head is tied to wte.
-// Activations kept per token and layer: the block's inputs and outputs of LayerNorms, qkv, attention,
-// projections and the MLP's 4C-wide hidden (about 18 C values); without fused attention (the CPU, a
-// composed case on the GPU, or attention dropout) also the [T x T] scores, softmax and dropout of every head (3 H T
-// values). Then the logits (compute dtype) with float32 log-softmax and its gradient (8 bytes each), and one more layer
-// of gradients while backward runs through it.
-Counts gpt_counts(const Config& config, const DataShape& shape, double c, bool fused_attention) {
-  const GptConfig& g = config.model.gpt;
-  const double v = static_cast<double>(g.vocab_size > 0 ? g.vocab_size : shape.vocab_size);
-  const double block = static_cast<double>(g.block_size > 0 ? g.block_size : shape.seq_len);
-  const double ch = static_cast<double>(g.n_embd), layers = static_cast<double>(g.n_layer);
-  const double heads = static_cast<double>(g.n_head), t = static_cast<double>(shape.seq_len);
-  const double b = static_cast<double>(config.training.batch_size);
-  Counts out;
-  // The feed-forward: fc and proj (8C^2 + 5C), or SwiGLU's gate, up and proj around H = SwiGLU::hidden_width.
-  const double hidden = static_cast<double>(nn::SwiGLU::hidden_width(g.n_embd));
-  const double ffn = g.ffn == "swiglu" ? 3 * ch * hidden + 2 * hidden + ch : 8 * ch * ch + 5 * ch;
-  out.parameters = v * ch + block * ch + layers * (4 * ch * ch + 8 * ch + ffn) + 2 * ch;
-  const double scores = fused_attention && g.dropout == 0 ? 0 : 3 * heads * t;
-  const double per_layer = (18 * ch + scores) * c;
-  out.activations = b * t * ((layers + 1) * per_layer + ch * c + v * (c + 8));
-  out.keys = fmt::format(
-      "model.gpt.n_layer {}, model.gpt.n_embd {}, model.gpt.n_head {}, vocabulary {}, "
-      "training.batch_size {}, data.seq_len {}",
-      g.n_layer, g.n_embd, g.n_head, v, config.training.batch_size, shape.seq_len);
-  return out;
-}
-
-// An MLP's Linear layers; per example it keeps each hidden layer's pre-activation and activation, the
-// input, and the output with float32 softmax and gradient; backward's gradients double it.
-Counts mlp_counts(const Config& config, const DataShape& shape, double c) {
-  std::vector<double> sizes{static_cast<double>(shape.num_features)};
-  for (int64_t h : config.model.mlp.hidden) sizes.push_back(static_cast<double>(h));
-  sizes.push_back(static_cast<double>(shape.num_outputs));
-  Counts out;
-  double per_example = sizes.front() * c + sizes.back() * (c + 8);
-  for (size_t i = 1; i < sizes.size(); ++i) {
-    out.parameters += sizes[i - 1] * sizes[i] + sizes[i];
-    if (i + 1 < sizes.size()) per_example += 2 * sizes[i] * c;
-  }
-  out.activations = 2 * static_cast<double>(config.training.batch_size) * per_example;
-  out.keys = fmt::format("model.mlp.hidden [{}], input width {}, training.batch_size {}",
-                         fmt::join(config.model.mlp.hidden, ", "), shape.num_features, config.training.batch_size);
-  return out;
-}
-
-// apps/train/model_factory.cpp's CNN: per stage a k x k conv (same padding), ReLU and 2x2 max-pool, then
-// Linear(hidden), ReLU, Linear(classes). Per example each stage keeps the conv and ReLU outputs and the
-// pooled map (2.25 x channels x height x width); backward's gradients double it.
-Counts cnn_counts(const Config& config, const DataShape& shape, double c) {
-  const CnnConfig& cnn = config.model.cnn;
-  const double k2 = static_cast<double>(cnn.kernel_size * cnn.kernel_size);
-  double in = static_cast<double>(shape.channels), area = static_cast<double>(shape.height * shape.width);
-  Counts out;
-  double per_example = in * area * c;
-  for (int64_t ch : cnn.channels) {
-    const double o = static_cast<double>(ch);
-    out.parameters += k2 * in * o + o;
-    per_example += 2.25 * o * area * c;
-    in = o;
-    area /= 4;
-  }
-  const double flat = in * area, hidden = static_cast<double>(cnn.hidden);
-  const double classes = static_cast<double>(shape.num_outputs);
-  out.parameters += flat * hidden + hidden + hidden * classes + classes;
-  per_example += 2 * hidden * c + classes * (c + 8);
-  out.activations = 2 * static_cast<double>(config.training.batch_size) * per_example;
-  out.keys = fmt::format("model.cnn.channels [{}], model.cnn.hidden {}, images {}x{}x{}, training.batch_size {}",
-                         fmt::join(cnn.channels, ", "), cnn.hidden, shape.channels, shape.height, shape.width,
-                         config.training.batch_size);
-  return out;
-}
-
-Counts model_counts(const Config& config, const DataShape& shape, double c, bool fused_attention) {
+// What the model's registry entry estimates (apps/train/models/); a model without an estimate is not
+// counted before it exists: nothing to refuse it on.
+ModelFootprint model_footprint(const Config& config, const DataShape& shape, DType compute, const Device& device) {
   const std::string& kind = config.model.kind;
-  if (kind == "gpt") return gpt_counts(config, shape, c, fused_attention);
-  if (kind == "mlp") return mlp_counts(config, shape, c);
-  if (kind == "cnn") return cnn_counts(config, shape, c);
-  // A registered model (apps/train/models/) is not counted before it exists: nothing to refuse it on.
-  Counts registered;
-  registered.keys = fmt::format("model.kind {} (not estimated)", kind);
-  return registered;
+  const auto* entry = models().find(kind);
+  if (entry && entry->make.estimate) {
+    return entry->make.estimate(config, Settings(config, "model." + kind, entry->settings), shape, compute, device);
+  }
+  ModelFootprint unknown;
+  unknown.keys = fmt::format("model.kind {} (not estimated)", kind);
+  return unknown;
 }
 
 // The first number after `key` in /proc/meminfo-style text ("MemAvailable:   123456 kB"), or -1.
@@ -159,16 +79,9 @@ std::string human_bytes(double bytes) {
 MemoryEstimate estimate_training_memory(const Config& config, const DataShape& shape, DType compute,
                                         const Device& device, int world_size, std::string* keys) {
   const double c = static_cast<double>(dtype_size(compute));
-  // On a GPU, bfloat16 attention with a head size the fused kernels take runs fused
-  // (core/ops_flash_attention.h): no [T x T] scores kept. Other dtypes and head sizes, and
-  // DPT_ATTENTION=reference, compose the op and keep them.
-  const GptConfig& g = config.model.gpt;
-  const bool fused_attention = device.is_cuda() && g.n_head > 0 && g.n_embd % g.n_head == 0 &&
-                               fused_causal_attention_supported(compute, g.n_embd / g.n_head) &&
-                               flag_value(Flag::Attention) != "reference";
-  const Counts counts = model_counts(config, shape, c, fused_attention);
-  if (keys) *keys = counts.keys;
-  const double p = counts.parameters;
+  const ModelFootprint model = model_footprint(config, shape, compute, device);
+  if (keys) *keys = model.keys;
+  const double p = model.parameters;
   const bool mixed = compute != DType::Float32;
   const std::string& optim = config.optim.kind;
   MemoryEstimate e;
@@ -178,7 +91,7 @@ MemoryEstimate estimate_training_memory(const Config& config, const DataShape& s
   e.gradients = p * c + (mixed ? p * 4 : 0);
   e.optimizer = optim == "sgd" ? (config.optim.momentum != 0 ? p * 4 : 0) : p * 8;
   e.buckets = world_size > 1 ? p * c : 0;
-  e.activations = counts.activations;
+  e.activations = model.activations;
   return e;
 }
 

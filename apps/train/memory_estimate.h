@@ -9,9 +9,10 @@
 //   gradients    parameters x the compute dtype's size, plus x 4 for the masters' under mixed precision
 //   optimizer    parameters x 8 (Adam/AdamW moments) or x 4 (SGD with momentum), float32
 //   buckets      parameters x the compute dtype's size with several processes (DDP's flat gradients)
-//   activations  what backward keeps for one micro-batch (training.batch_size), per model family below
-// Parameters are counted from the config (the same layers the model factory builds), so nothing is
-// allocated to count them.
+//   activations  what backward keeps for one micro-batch (training.batch_size)
+// Parameters and activations come from the model's registry entry (ModelFactory::estimate in
+// apps/train/components.h), which counts them from the config (the same layers its factory builds), so
+// nothing is allocated to count them. A model without an estimate is not checked.
 #include <cstdint>
 #include <string>
 

@@ -1,6 +1,7 @@
 #pragma once
-// Builds the model a config names, sized from the data (input width, classes, vocabulary), and knows
-// how to turn a batch into a loss and how many FLOPs a step costs (for MFU, counted as dpt-bench does).
+// Builds the model a config names through its registry entry (apps/train/components.h), sized from the
+// data (input width, classes, vocabulary), and knows how to turn a batch into a loss and how many FLOPs a
+// step costs (for MFU, counted as dpt-bench does).
 #include <cstdint>
 #include <functional>
 #include <memory>
@@ -47,7 +48,7 @@ class Model {
  private:
   std::string kind_;
   std::shared_ptr<nn::Module> module_;
-  std::function<Tensor(nn::Module&, const data::Batch&, DType)> registered_loss_;  // a registered model's
+  std::function<Tensor(nn::Module&, const data::Batch&, DType)> loss_;
   bool regression_ = false;
   int64_t seq_len_ = 0;
   double flops_per_unit_ = 0;

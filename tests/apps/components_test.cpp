@@ -4,6 +4,7 @@
 
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <string>
 #include <vector>
@@ -72,6 +73,43 @@ TEST(ComponentConfig, TheReferenceAndTheResolvedYamlCarryRegisteredKeys) {
   Config back = load_config_text(to_yaml(c), "resolved.yaml", {}, kNoFiles);
   EXPECT_EQ(back.optim.kind, "lion");
   EXPECT_EQ(back.components.floats.at("optim.lion.beta2"), 0.9);
+}
+
+// The kinds the reference allows for a kind key: its "one of a \| b" cell, split.
+std::vector<std::string> allowed_kinds(const std::string& reference, const std::string& key) {
+  const size_t row = reference.find("| `" + key + "` | choice | ");
+  if (row == std::string::npos) {
+    ADD_FAILURE() << key << " is not in the reference";
+    return {};
+  }
+  const std::string one_of = "one of ", separator = " \\| ";
+  const size_t begin = reference.find(one_of, row) + one_of.size();
+  const std::string cell = reference.substr(begin, reference.find(" | ", begin) - begin);
+  std::vector<std::string> kinds;
+  for (size_t at = 0, next = 0; next != std::string::npos; at = next + separator.size()) {
+    next = cell.find(separator, at);
+    kinds.push_back(cell.substr(at, next - at));
+  }
+  return kinds;
+}
+
+// model_factory.cpp and data_factory.cpp build only what their registry holds: a kind the config accepts
+// without an entry would pass validation and fail to build.
+TEST(ComponentConfig, EveryKindTheReferenceListsIsARegistryEntry) {
+  const std::string ref = config_reference();
+  auto expect_registered = [&](const std::string& key, const auto& registry, const std::vector<std::string>& builtins) {
+    const std::vector<std::string> kinds = allowed_kinds(ref, key);
+    for (const std::string& name : builtins)
+      EXPECT_NE(std::find(kinds.begin(), kinds.end(), name), kinds.end()) << key << ": " << name << " not listed";
+    for (const std::string& name : kinds) EXPECT_NE(registry.find(name), nullptr) << key << ": " << name;
+    EXPECT_EQ(kinds.size(), registry.entries().size()) << key;
+  };
+  expect_registered("model.kind", models(), {"mlp", "gpt", "cnn"});
+  expect_registered("data.kind", datasets(),
+                    {"synthetic_classification", "synthetic_regression", "synthetic_images", "synthetic_tokens",
+                     "tokens", "text", "mnist"});
+  expect_registered("optim.kind", optimizers(), {"adamw", "adam", "sgd"});
+  expect_registered("schedule.kind", schedules(), {"constant", "cosine", "step"});
 }
 
 TEST(ComponentConfig, LinearScheduleWarmsUpThenFallsToItsFinalFraction) {

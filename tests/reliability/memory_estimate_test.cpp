@@ -120,7 +120,7 @@ TEST(MemoryEstimate, CountsTheParametersOfTheModelsExactly) {
   shape.num_outputs = 3;
   EXPECT_EQ(estimate_training_memory(config, shape, dpt::DType::Float32, dpt::Device::cpu(), 1).parameters,
             parameters_of(dpt::nn::MLP({10, 48, 24, 3}, "relu", gen)));
-  // CNN (apps/train/model_factory.cpp): conv(3 -> 8), conv(8 -> 16), both 5x5, pools to 4x4, then 32, 10.
+  // CNN (apps/train/models/cnn.cpp): conv(3 -> 8), conv(8 -> 16), both 5x5, pools to 4x4, then 32, 10.
   config.model.kind = "cnn";
   config.model.cnn.channels = {8, 16};
   config.model.cnn.kernel_size = 5;

@@ -8,7 +8,7 @@
 #include "core/ops.h"
 #include "layers/flops.h"
 #include "layers/linear.h"
-#include "layers/losses.h"
+#include "supervised_loss.h"
 
 namespace dpt::train {
 namespace {
@@ -22,9 +22,7 @@ ModelParts make_softmax_regression(const Config&, const Settings& s, const DataS
   parts.loss = [scale, regression](nn::Module& m, const data::Batch& batch, DType compute) {
     // Images arrive as [B, C, H, W]: one row of features per example.
     Tensor x = reshape(batch.input.to(compute), {batch.input.size(0), -1});
-    Tensor out = m.forward(scale == 1.0 ? x : mul(x, scale));
-    if (regression) return nn::mse(out.to(DType::Float32), batch.target);
-    return nn::cross_entropy_loss(std::move(out), batch.target);
+    return supervised_loss(m.forward(scale == 1.0 ? x : mul(x, scale)), batch.target, regression);
   };
   parts.description = fmt::format("softmax_regression: {} -> {}", shape.num_features, shape.num_outputs);
   parts.flops_per_unit = nn::mlp_flops_per_sample(parts.module->num_parameters());
@@ -46,4 +44,4 @@ DPT_REGISTER(dpt::train::models, {"softmax_regression",
                                     .min = 0,
                                     .max = 1e6,
                                     .help = "softmax_regression: inputs are multiplied by this before the layer"}},
-                                  dpt::train::make_softmax_regression})
+                                  {dpt::train::make_softmax_regression}})
