@@ -58,6 +58,18 @@ DPT_HOST_DEVICE inline float half_of(const Words& w, uint64_t i) {
   return (static_cast<float>(bits) + 1.0f) * (1.0f / 65536.0f);  // in (0, 1]
 }
 DPT_HOST_DEVICE inline Words dropout_words(uint64_t seed, uint64_t group) { return philox4x32(group, 2, seed); }
+// half_of(w, i) > p without float conversions: with 16-bit half b, (b + 1) / 2^16 > p exactly when
+// b >= floor(p 2^16) (scaling by 2^16 is exact), so a kernel compares integers and keeps the same elements.
+// keep_bits has bit i set when half i keeps.
+DPT_HOST_DEVICE inline uint32_t keep_threshold(float p) { return static_cast<uint32_t>(::floor(p * 65536.0f)); }
+DPT_HOST_DEVICE inline uint32_t keep_bits(const Words& w, uint32_t threshold) {
+  uint32_t bits = 0;
+  for (int k = 0; k < 4; ++k) {
+    bits |= static_cast<uint32_t>((w.v[k] & 0xFFFFu) >= threshold) << (2 * k);
+    bits |= static_cast<uint32_t>((w.v[k] >> 16) >= threshold) << (2 * k + 1);
+  }
+  return bits;
+}
 DPT_HOST_DEVICE inline float dropout_uniform_at(uint64_t seed, uint64_t offset, uint64_t index) {
   const uint64_t n = offset + index;
   return half_of(dropout_words(seed, n / kDropoutGroup), n % kDropoutGroup);

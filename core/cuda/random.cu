@@ -75,21 +75,23 @@ __global__ void dropout_kernel(const T* __restrict__ in, T* __restrict__ out, co
   using A = std::conditional_t<std::is_same_v<T, double>, double, float>;
   constexpr int kGroup = philox::kDropoutGroup;
   const A s = static_cast<A>(scale);
+  const uint32_t keep_at = philox::keep_threshold(threshold);
   const uint64_t start = offset + (base != nullptr ? *base : 0), shift = start % kGroup;
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kGroup;
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kGroup; i < n; i += stride) {
     const int count = static_cast<int>(n - i < kGroup ? n - i : kGroup);
-    const uint64_t group = (start + static_cast<uint64_t>(i)) / kGroup;
-    const philox::Words low = philox::dropout_words(seed, group);
-    const philox::Words high = shift != 0 ? philox::dropout_words(seed, group + 1) : low;
     T x[kGroup], r[kGroup], y[kGroup];
     load_chunk(in + i, x, count, vector);
     if constexpr (kResidual) load_chunk(residual + i, r, count, vector);
+    // Bit j: whether element i + j is kept, from its group's numbers and, when shifted, the next group's.
+    const uint64_t group = (start + static_cast<uint64_t>(i)) / kGroup;
+    uint32_t keep = philox::keep_bits(philox::dropout_words(seed, group), keep_at);
+    if (shift != 0) {
+      keep = (keep | philox::keep_bits(philox::dropout_words(seed, group + 1), keep_at) << kGroup) >> shift;
+    }
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) {
-      const uint64_t number = shift + j;  // within low's eight, then high's
-      const float u = number < kGroup ? philox::half_of(low, number) : philox::half_of(high, number - kGroup);
-      const A kept = u > threshold ? convert<A>(x[j]) * s : A(0);
+      const A kept = (keep >> j) & 1 ? convert<A>(x[j]) * s : A(0);
       y[j] = convert<T>(kResidual ? convert<A>(r[j]) + kept : kept);
     }
     store_chunk(y, out + i, count, vector);

@@ -107,6 +107,21 @@ TEST(Random, DropoutKeepsByThePhiloxDrawAndItsBackwardUsesTheSameMask) {
   EXPECT_EQ(x.grad().to_vector<double>(), out);
 }
 
+// The GPU kernel's integer test (keep_bits against keep_threshold) keeps exactly the elements whose 16-bit
+// uniform exceeds p, for every half of many Philox words, with p on and off multiples of 2^-16.
+TEST(Random, IntegerKeepTestEqualsTheUniformComparison) {
+  for (float p : {0.0f, 0.1f, 0.2f, 0.25f, 0.5f, 0.9f, 1.0f / 65536.0f}) {
+    const uint32_t threshold = philox::keep_threshold(p);
+    for (uint64_t group = 0; group < 2000; ++group) {
+      const philox::Words w = philox::dropout_words(77, group);
+      const uint32_t bits = philox::keep_bits(w, threshold);
+      for (uint64_t i = 0; i < philox::kDropoutGroup; ++i) {
+        ASSERT_EQ(((bits >> i) & 1) != 0, philox::half_of(w, i) > p) << "p " << p << " group " << group << " half " << i;
+      }
+    }
+  }
+}
+
 // dropout_add is residual + dropout(x) from the same generator state, in one kernel: in float64 the same
 // values; its backward passes the gradient to the residual and the masked gradient to x.
 TEST(Random, DropoutAddIsTheResidualPlusDropoutWithTheSameMask) {
