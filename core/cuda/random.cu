@@ -39,28 +39,30 @@ void launch_random(const Tensor& out, uint64_t seed, uint64_t offset, double shi
   });
 }
 
-// Eight consecutive elements to and from registers: 16-byte accesses where every pointer allows them (a
-// warp then moves whole cache lines), one element at a time otherwise and for the last, partial chunk.
+// Eight consecutive elements as one register-resident vector: whole-vector accesses where every pointer
+// is aligned for them (a warp then moves whole cache lines), one element at a time otherwise and for the
+// last, partial chunk.
 template <class T>
-__device__ __forceinline__ void load_chunk(const T* __restrict__ from, T (&to)[philox::kDropoutGroup], int count,
-                                           bool vector) {
-  if (vector && count == philox::kDropoutGroup) {
-    constexpr int kWords = sizeof(T) * philox::kDropoutGroup / sizeof(uint4);
+using Chunk = Vec<T, philox::kDropoutGroup>;
+template <class T>
+__device__ __forceinline__ Chunk<T> load_chunk(const T* __restrict__ from, int count, bool vector) {
+  if (vector && count == philox::kDropoutGroup) return *reinterpret_cast<const Chunk<T>*>(from);
+  Chunk<T> to;
 #pragma unroll
-    for (int k = 0; k < kWords; ++k) reinterpret_cast<uint4*>(to)[k] = reinterpret_cast<const uint4*>(from)[k];
-  } else {
-    for (int j = 0; j < count; ++j) to[j] = from[j];
+  for (int j = 0; j < philox::kDropoutGroup; ++j) {  // constant indices keep the chunk in registers
+    if (j < count) to.v[j] = from[j];
   }
+  return to;
 }
 template <class T>
-__device__ __forceinline__ void store_chunk(const T (&from)[philox::kDropoutGroup], T* __restrict__ to, int count,
-                                            bool vector) {
+__device__ __forceinline__ void store_chunk(const Chunk<T>& from, T* __restrict__ to, int count, bool vector) {
   if (vector && count == philox::kDropoutGroup) {
-    constexpr int kWords = sizeof(T) * philox::kDropoutGroup / sizeof(uint4);
-#pragma unroll
-    for (int k = 0; k < kWords; ++k) reinterpret_cast<uint4*>(to)[k] = reinterpret_cast<const uint4*>(from)[k];
+    *reinterpret_cast<Chunk<T>*>(to) = from;
   } else {
-    for (int j = 0; j < count; ++j) to[j] = from[j];
+#pragma unroll
+    for (int j = 0; j < philox::kDropoutGroup; ++j) {
+      if (j < count) to[j] = from.v[j];
+    }
   }
 }
 
@@ -80,9 +82,9 @@ __global__ void dropout_kernel(const T* __restrict__ in, T* __restrict__ out, co
   const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x * kGroup;
   for (int64_t i = (static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x) * kGroup; i < n; i += stride) {
     const int count = static_cast<int>(n - i < kGroup ? n - i : kGroup);
-    T x[kGroup], r[kGroup], y[kGroup];
-    load_chunk(in + i, x, count, vector);
-    if constexpr (kResidual) load_chunk(residual + i, r, count, vector);
+    const Chunk<T> x = load_chunk(in + i, count, vector);
+    Chunk<T> r, y;
+    if constexpr (kResidual) r = load_chunk(residual + i, count, vector);
     // Bit j: whether element i + j is kept, from its group's numbers and, when shifted, the next group's.
     const uint64_t group = (start + static_cast<uint64_t>(i)) / kGroup;
     uint32_t keep = philox::keep_bits(philox::dropout_words(seed, group), keep_at);
@@ -91,8 +93,8 @@ __global__ void dropout_kernel(const T* __restrict__ in, T* __restrict__ out, co
     }
 #pragma unroll
     for (int j = 0; j < kGroup; ++j) {
-      const A kept = (keep >> j) & 1 ? convert<A>(x[j]) * s : A(0);
-      y[j] = convert<T>(kResidual ? convert<A>(r[j]) + kept : kept);
+      const A kept = (keep >> j) & 1 ? convert<A>(x.v[j]) * s : A(0);
+      y.v[j] = convert<T>(kResidual ? convert<A>(r.v[j]) + kept : kept);
     }
     store_chunk(y, out + i, count, vector);
   }
@@ -124,7 +126,7 @@ void dropout(const Tensor& in, const Tensor& out, double p, const PhiloxArgs& rn
     const float threshold = static_cast<float>(p);
     const double scale = 1.0 / (1.0 - p);
     auto aligned = [](const Tensor& t) {
-      return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % sizeof(uint4) == 0;
+      return !t.defined() || reinterpret_cast<uintptr_t>(t.data_ptr()) % alignof(Chunk<T>) == 0;
     };
     const bool vector = aligned(in) && aligned(out) && aligned(residual);
     if (residual.defined()) {
