@@ -28,8 +28,8 @@ double clip_spread_grad_norm(ProcessGroup& group, const std::vector<Tensor>& cou
                                      TensorOptions{}.with_dtype(DType::Float64).with_device(device));
   group.allreduce(total, ReduceOp::Sum)->wait();
   const double norm = std::sqrt(total.item());
-  if (!std::isfinite(norm) || max_norm <= 0 || norm <= max_norm) return norm;
-  const double factor = max_norm / (norm + 1e-6);
+  const double factor = optim::clip_factor(norm, max_norm);
+  if (factor == 1.0) return norm;
   for (const Tensor& g : scaled) kernels::unary(kernels::UnaryOp::Scale, g, g, factor);
   return norm;
 }

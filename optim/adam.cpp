@@ -82,6 +82,12 @@ bool Adam::fuses_twins(size_t g) const {
   return true;
 }
 
+bool Adam::applies_grad_scale(size_t g) const {
+  for (const auto& [name, p] : param_groups()[g].params)
+    if (!p.device().is_cuda()) return false;
+  return true;
+}
+
 void Adam::update_group(size_t g, int64_t step) {
   const ParamGroup& group = param_groups()[g];
   const double lr = this->lr() * group.lr_scale;
@@ -137,6 +143,7 @@ void Adam::update_group(size_t g, int64_t step) {
   hp.bias_correction2 = static_cast<float>(bc2);
   if (device_bias_corrections_.defined()) hp.bias_corrections = device_bias_corrections_.data<float>();
   hp.decoupled = decoupled_;
+  hp.grad_scale = static_cast<float>(grad_scale());
   if (fused_twins) {
     cuda::adam_update_bf16_twins(dp, dg_bf16, dm, dv, dtwin, dn, hp);
   } else {

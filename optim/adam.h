@@ -33,6 +33,7 @@ class Adam : public Optimizer {
   void on_begin_step() override;
   void update_group(size_t g, int64_t step) override;
   bool fuses_twins(size_t g) const override;
+  bool applies_grad_scale(size_t g) const override;  // on CUDA, inside the fused kernels
 
  private:
   AdamOptions options_;

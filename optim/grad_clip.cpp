@@ -15,6 +15,8 @@ struct GradLists {
   std::vector<Tensor> cpu;
   std::vector<float*> cuda;
   std::vector<int64_t> cuda_sizes;
+  std::vector<const void*> cuda_bf16;  // bf16 gradients of mixed precision's compute twins: counted, never scaled
+  std::vector<int64_t> cuda_bf16_sizes;
 };
 
 // The tensors to sum: `tensors` themselves, or with `grads_of` their gradients (skipping those without).
@@ -23,8 +25,11 @@ GradLists gather(const std::vector<Tensor>& tensors, bool grads_of = true) {
   for (const Tensor& t : tensors) {
     Tensor g = grads_of ? t.grad() : t;
     if (!g.defined()) continue;
-    if (g.device().is_cuda()) {
-      DPT_CHECK(g.dtype() == DType::Float32, "clip_grad_norm: CUDA gradients must be float32, found {}",
+    if (g.device().is_cuda() && g.dtype() == DType::BFloat16) {
+      lists.cuda_bf16.push_back(g.data_ptr());
+      lists.cuda_bf16_sizes.push_back(g.numel());
+    } else if (g.device().is_cuda()) {
+      DPT_CHECK(g.dtype() == DType::Float32, "clip_grad_norm: CUDA gradients must be float32 or bfloat16, found {}",
                 dtype_name(g.dtype()));
       lists.cuda.push_back(g.data<float>());
       lists.cuda_sizes.push_back(g.numel());
@@ -54,6 +59,11 @@ double sum_squares(const GradLists& lists) {
     total += cuda::sum_of_squares(ptrs, lists.cuda_sizes);
 #endif
   }
+  if (!lists.cuda_bf16.empty()) {
+#ifdef DPT_HAVE_CUDA
+    total += cuda::sum_of_squares_bf16(lists.cuda_bf16, lists.cuda_bf16_sizes);
+#endif
+  }
   return total;
 }
 
@@ -66,9 +76,11 @@ double sum_of_squares(const std::vector<Tensor>& tensors) { return sum_squares(g
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   DPT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
   GradLists lists = gather(params);
+  DPT_CHECK(lists.cuda_bf16.empty(), "clip_grad_norm: bfloat16 gradients are not scaled in place; take grad_norm "
+            "and give the optimizer the factor (Optimizer::set_grad_scale)");
   double norm = std::sqrt(sum_squares(lists));
-  if (!std::isfinite(norm) || norm <= max_norm) return norm;
-  double factor = max_norm / (norm + 1e-6);
+  const double factor = clip_factor(norm, max_norm);
+  if (factor == 1.0) return norm;
   for (const Tensor& g : lists.cpu) {
     if (g.dtype() == DType::Float32) {
       float* x = g.data<float>();
@@ -84,6 +96,10 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
 #endif
   }
   return norm;
+}
+
+double clip_factor(double norm, double max_norm) {
+  return std::isfinite(norm) && max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
 }
 
 double clip_grad_norm(const NamedTensors& params, double max_norm) {

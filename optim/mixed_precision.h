@@ -32,6 +32,8 @@ class MixedPrecision {
                           const LossScalerOptions& scaler = {});
 
   const NamedTensors& master_params() const { return masters_; }  // give these to the optimizer
+  // The parameters whose gradients the optimizer reads: the model's bf16 ones once fused, else the masters.
+  const NamedTensors& gradient_params() const { return fused_ ? model_ : masters_; }
   DType compute_dtype() const { return compute_dtype_; }
   bool enabled() const { return compute_dtype_ != DType::Float32; }
 
@@ -54,7 +56,8 @@ class MixedPrecision {
   // compute twins (optim/optimizer.h): its fused update reads their gradients and writes them, so the
   // masters carry no gradients and grads_to_master / masters_to_model do nothing. Saves a float32
   // gradient copy, its zeroing and a conversion pass per step. Not for float16 (gradients need
-  // unscaling and a finite check first) nor for clipping on the masters' gradients.
+  // unscaling and a finite check first); clipping then goes through the optimizer's grad scale
+  // (Optimizer::set_grad_scale), the norm over gradient_params().
   void fuse_with(Optimizer& opt);
   bool fused() const { return fused_; }
 

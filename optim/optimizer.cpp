@@ -5,6 +5,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/factory.h"
+#include "core/kernels.h"
 
 namespace dpt::optim {
 
@@ -65,7 +66,9 @@ void Optimizer::update(const std::vector<Tensor>& params) {
 void Optimizer::run_updates() {
   NoGradGuard no_grad;
   for (size_t g = 0; g < groups_.size(); ++g) {
+    const bool scale_here = grad_scale_ != 1.0 && !applies_grad_scale(g);
     if (twins_.empty() || fuses_twins(g)) {
+      if (scale_here) scale_grads(g);
       update_group(g, step_);
       continue;
     }
@@ -79,6 +82,7 @@ void Optimizer::run_updates() {
       p.set_grad(tw.grad().to(p.dtype()));
       staged.push_back(i);
     }
+    if (scale_here) scale_grads(g);
     update_group(g, step_);
     for (size_t i : staged) {
       Tensor tw = twins_[g][i];
@@ -86,6 +90,13 @@ void Optimizer::run_updates() {
       tw.copy_(p);
       p.set_grad(Tensor());
     }
+  }
+}
+
+void Optimizer::scale_grads(size_t g) {
+  for (size_t i = 0; i < groups_[g].params.size(); ++i) {
+    const Tensor grad = groups_[g].params[i].second.grad();
+    if (selected(g, i) && grad.defined()) kernels::unary(kernels::UnaryOp::Scale, grad, grad, grad_scale_);
   }
 }
 

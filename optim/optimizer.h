@@ -51,6 +51,11 @@ class Optimizer {
 
   double lr() const { return lr_; }
   void set_lr(double lr) { lr_ = lr; }
+  // The factor every gradient is multiplied by as the updates read it, until set again (1: none). How a
+  // trainer clips gradients it cannot scale in place (the bf16 gradients of compute twins); in float32
+  // the product rounds as an in-place scaling of the gradient would.
+  void set_grad_scale(double scale) { grad_scale_ = scale; }
+  double grad_scale() const { return grad_scale_; }
   int64_t step_count() const { return step_; }  // updates done so far
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
 
@@ -69,6 +74,9 @@ class Optimizer {
   // Whether this subclass reads twin gradients and writes twins itself for group g (Adam on CUDA);
   // otherwise the base stages float32 gradients from the twins and copies the results back.
   virtual bool fuses_twins(size_t /*g*/) const { return false; }
+  // Whether this subclass multiplies group g's gradients by grad_scale() itself as it reads them (Adam on
+  // CUDA); otherwise the base scales the float32 gradients (staged ones under twins) before update_group.
+  virtual bool applies_grad_scale(size_t /*g*/) const { return false; }
   bool selected(size_t g, size_t i) const { return selected_.empty() || selected_[g][i] != 0; }
   // Parameter i of group g's compute twin (undefined without twins).
   Tensor twin(size_t g, size_t i) const { return twins_.empty() ? Tensor() : twins_[g][i]; }
@@ -77,9 +85,11 @@ class Optimizer {
 
  private:
   void run_updates();
+  void scale_grads(size_t g);  // group g's (float32 or staged) gradients *= grad_scale_, in place
 
   std::vector<ParamGroup> groups_;
   double lr_;
+  double grad_scale_ = 1.0;
   int64_t step_ = 0;
   std::vector<std::string> state_names_;
   std::vector<std::vector<Tensor>> twins_;                               // [g][i], or empty

@@ -88,7 +88,9 @@ MemoryEstimate estimate_training_memory(const Config& config, const DataShape& s
   e.parameters = static_cast<int64_t>(std::min(p, 9.2e18));
   e.weights = p * c;
   e.masters = mixed ? p * 4 : 0;
-  e.gradients = p * c + (mixed ? p * 4 : 0);
+  // bf16 on a GPU updates straight from the bf16 gradients (Trainer::setup_optimizer): no float32 copies.
+  const bool master_gradients = mixed && !(compute == DType::BFloat16 && device.is_cuda());
+  e.gradients = p * c + (master_gradients ? p * 4 : 0);
   e.optimizer = optim == "sgd" ? (config.optim.momentum != 0 ? p * 4 : 0) : p * 8;
   e.buckets = world_size > 1 ? p * c : 0;
   e.activations = model.activations;

@@ -81,18 +81,20 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // Sharded, the update reads this rank's averaged (bf16 or float32) gradients themselves, and the norm is
   // over every rank's together (a collective); fp16 is refused with it (config).
   const bool finite_grads = sharded_ ? true : mixed_->grads_to_master();
-  const NamedTensors& masters = mixed_->master_params();
+  const NamedTensors& with_grads = mixed_->gradient_params();
   const double clip = config_.training.grad_clip;
   if (sharded_) {
     r.grad_norm = sharded_->clip_grad_norm(clip);
   } else if (!finite_grads) {
     r.grad_norm = std::numeric_limits<double>::infinity();
-  } else if (clip > 0) {
-    r.grad_norm = optim::clip_grad_norm(masters, clip);
+  } else if (clip > 0 && !mixed_->fused()) {
+    r.grad_norm = optim::clip_grad_norm(with_grads, clip);
   } else {
     std::vector<Tensor> tensors;
-    for (const auto& [name, t] : masters) tensors.push_back(t);
+    for (const auto& [name, t] : with_grads) tensors.push_back(t);
     r.grad_norm = optim::grad_norm(tensors);
+    // bf16 gradients are clipped as the fused update reads them, in float32.
+    if (mixed_->fused()) optimizer_->set_grad_scale(optim::clip_factor(r.grad_norm, clip));
   }
   const double local_loss = loss_sum.item() / static_cast<double>(accum);
   // 4. Agreement across ranks. (Under DDP an inf gradient on one rank is inf in every rank's AllReduced

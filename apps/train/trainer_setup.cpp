@@ -273,6 +273,9 @@ void Trainer::setup_optimizer() {
   exchange_ = choose_exchange();
   const bool sharded = exchange_.strategy != "allreduce" && group_ != nullptr;
   if (!sharded) optimizer_ = make_optimizer(config_, groups);
+  // bf16 on a GPU: the update reads the model's bf16 gradients and writes its bf16 weights in the same
+  // pass (optim/mixed_precision.h fuse_with): no float32 gradient copies, no conversion pass.
+  if (optimizer_ && compute_ == DType::BFloat16 && device_.is_cuda()) mixed_->fuse_with(*optimizer_);
   if (resume_from_) {
     gen_.set_state(dropout_seed(config_.training.seed, env_.rank), resume_from_->state.rng_offset);
     const auto& extra = resume_from_->state.extra;

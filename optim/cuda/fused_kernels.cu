@@ -121,6 +121,7 @@ int64_t count_blocks(const std::vector<int64_t>& sizes) {
 // differently.
 template <bool kDecoupled>
 __device__ __forceinline__ float adam_element(float w, float grad, float& m, float& v, const AdamParams& hp) {
+  grad = __fmul_rn(grad, hp.grad_scale);  // rounded on its own, as a scaled gradient in memory; exact for 1
   if constexpr (kDecoupled) {
     w *= 1.f - hp.lr * hp.weight_decay;
   } else {
@@ -251,13 +252,17 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(MultiTensorArgs args, Sgd
 // partials[first_block + blockIdx.x]; the partials are then summed in double by one block. Scalar
 // loads: it runs once per step on gradients only (4 bytes per parameter), and a different per-thread
 // order would change the float32 partials.
+template <class T>
 __global__ void __launch_bounds__(kThreads)
     sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
   __shared__ float shared[kThreads];
   const ChunkRange c = chunk_of_block(args);
-  const float* x = static_cast<const float*>(args.ptrs[0][c.tensor]);
+  const T* x = static_cast<const T*>(args.ptrs[0][c.tensor]);
   float acc = 0.f;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) acc += x[i] * x[i];
+  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+    const float xi = static_cast<float>(x[i]);
+    acc += xi * xi;
+  }
   shared[threadIdx.x] = acc;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
@@ -380,7 +385,10 @@ void sgd_update(const std::vector<float*>& params, const std::vector<const float
                      });
 }
 
-double sum_of_squares(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes) {
+namespace {
+
+template <class T>
+double sum_of_squares_of(const std::vector<const T*>& tensors, const std::vector<int64_t>& sizes) {
   check_sizes("sum_of_squares", tensors.size(), sizes);
   const int64_t total_blocks = count_blocks(sizes);
   if (total_blocks == 0) return 0.0;
@@ -388,8 +396,10 @@ double sum_of_squares(const std::vector<const float*>& tensors, const std::vecto
   double* partials = nullptr;
   // Partials plus one slot for the result, stream-ordered so it is freed after the kernels finish.
   DPT_CUDA_CHECK(cudaMallocAsync(&partials, static_cast<size_t>(total_blocks + 1) * sizeof(double), stream));
-  multi_tensor_apply(1, {as_void(tensors)}, sizes, {4}, [&](const MultiTensorArgs& args, int blocks, int first_block) {
-    sum_squares_kernel<<<blocks, kThreads, 0, stream>>>(args, partials, first_block);
+  const int elem_bytes = static_cast<int>(sizeof(T));
+  multi_tensor_apply(1, {as_void(tensors)}, sizes, {elem_bytes}, [&](const MultiTensorArgs& args, int blocks,
+                                                                     int first_block) {
+    sum_squares_kernel<T><<<blocks, kThreads, 0, stream>>>(args, partials, first_block);
     DPT_CUDA_CHECK(cudaGetLastError());
   });
   reduce_partials_kernel<<<1, kThreads, 0, stream>>>(partials, total_blocks, partials + total_blocks);
@@ -399,6 +409,18 @@ double sum_of_squares(const std::vector<const float*>& tensors, const std::vecto
   DPT_CUDA_CHECK(cudaFreeAsync(partials, stream));
   DPT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return result;
+}
+
+}  // namespace
+
+double sum_of_squares(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes) {
+  return sum_of_squares_of(tensors, sizes);
+}
+
+double sum_of_squares_bf16(const std::vector<const void*>& tensors, const std::vector<int64_t>& sizes) {
+  std::vector<const __nv_bfloat16*> typed;
+  for (const void* t : tensors) typed.push_back(static_cast<const __nv_bfloat16*>(t));
+  return sum_of_squares_of(typed, sizes);
 }
 
 void scale(const std::vector<float*>& tensors, const std::vector<int64_t>& sizes, float factor) {

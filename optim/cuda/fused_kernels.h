@@ -16,6 +16,7 @@ struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
   float bias_correction1 = 1.f, bias_correction2 = 1.f;  // 1 - beta^t
   bool decoupled = false;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p
+  float grad_scale = 1.f;  // every gradient is read as grad_scale * g (clipping: optim/optimizer.h)
   // Device memory holding {1 - beta1^t, 1 - beta2^t}: when set, the kernels read the corrections there
   // instead of the two fields above, so an update captured in a CUDA graph uses each replay's step.
   const float* bias_corrections = nullptr;
@@ -45,7 +46,9 @@ void sgd_update(const std::vector<float*>& params, const std::vector<const float
                 const SgdParams& hp);
 
 // sum over all tensors of sum(x^2), reduced deterministically (fixed block order); waits for the result.
+// bf16 tensors are read as float32 (exactly), so they sum as their float32 copies would.
 double sum_of_squares(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes);
+double sum_of_squares_bf16(const std::vector<const void*>& tensors, const std::vector<int64_t>& sizes);
 // x *= factor for every tensor.
 void scale(const std::vector<float*>& tensors, const std::vector<int64_t>& sizes, float factor);
 

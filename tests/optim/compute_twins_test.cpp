@@ -10,6 +10,7 @@
 #include "layers/losses.h"
 #include "layers/mlp.h"
 #include "optim/adam.h"
+#include "optim/grad_clip.h"
 #include "optim/mixed_precision.h"
 #include "optim/sgd.h"
 
@@ -67,8 +68,10 @@ void expect_equal(const Tensor& a, const Tensor& b, const std::string& what) {
 }
 
 // Reference: float32 gradients copied from the bf16 ones, the update, then masters rounded into the
-// twins (what MixedPrecision's grads_to_master / masters_to_model do). Twins: the optimizer does it.
-void twins_match_separate_masters(Device device) {
+// twins (what MixedPrecision's grads_to_master / masters_to_model do). Twins: the optimizer does it. With
+// `clip` > 0 the reference clips its float32 gradients in place and the twins' optimizer gets the factor
+// of the bf16 gradients' norm as its grad scale (how the trainer clips fused bf16 updates).
+void twins_match_separate_masters(Device device, double clip = 0) {
   Masters ref = make_masters(device), fused = clone(ref);
   AdamOptions o;
   o.lr = 1e-2;
@@ -80,6 +83,14 @@ void twins_match_separate_masters(Device device) {
     for (size_t i = 0; i < g.size(); ++i) {
       ref.params[i].second.set_grad(g[i].to(DType::Float32));
       fused.twins[i].second.set_grad(g[i].clone());
+    }
+    if (clip > 0) {
+      std::vector<Tensor> twins;
+      for (const auto& [name, t] : fused.twins) twins.push_back(t);
+      const double norm = grad_norm(twins);
+      EXPECT_EQ(clip_grad_norm(ref.params, clip), norm) << "the norm of the bf16 gradients read as float32";
+      ASSERT_GT(norm, clip) << "the test must clip";
+      fused_opt.set_grad_scale(clip_factor(norm, clip));
     }
     ref_opt.step();
     fused_opt.step();
@@ -99,6 +110,11 @@ TEST(ComputeTwins, AdamThroughTwinsEqualsSeparateFloat32GradientsOnCpu) {
 TEST(ComputeTwins, CudaFusedAdamThroughTwinsEqualsSeparateFloat32Gradients) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   twins_match_separate_masters(Device::cuda());
+}
+
+TEST(ComputeTwins, CudaFusedAdamThroughTwinsClipsLikeFloat32Clipping) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  twins_match_separate_masters(Device::cuda(), 1.0);
 }
 
 TEST(ComputeTwins, RejectsTwinsThatMatchNoParameter) {
