@@ -80,16 +80,20 @@ DescriptorPtr scaled_causal(GraphBuilder& g, const Shapes& sh, const DescriptorP
   return masked;
 }
 
-// Dropout's mask on the attention weights, as cuDNN's own SDPA graphs spell it: x times a Bernoulli(1 - p)
-// draw of cuDNN's Philox generator at the device scalars seed and offset (the same draw in the forward and
-// the backward, which regenerates it). The caller multiplies by 1 / (1 - p).
-DescriptorPtr apply_mask(GraphBuilder& g, const Shapes& sh, AttentionPlan& plan, double dropout,
-                         const DescriptorPtr& x) {
+// Dropout's mask on the attention weights, as cuDNN's own SDPA graphs spell it: a Bernoulli(1 - p) draw of
+// cuDNN's Philox generator at the device scalars seed and offset, the same draw in the forward and in the
+// backward, which makes it again. Multiplied in, then scaled by 1 / (1 - p) (the scalar dropout_scale).
+DescriptorPtr dropout_mask(GraphBuilder& g, const Shapes& sh, AttentionPlan& plan, double dropout) {
   DescriptorPtr mask = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.scores(), sh.score_strides());
   g.bernoulli(1.0 - dropout, g.device_int64(&plan.seed), g.device_int64(&plan.offset), mask);
-  DescriptorPtr kept = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.scores(), sh.score_strides());
-  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, x, kept, mask);
-  return kept;
+  return mask;
+}
+
+// a * b elementwise over the scores, in float32.
+DescriptorPtr product(GraphBuilder& g, const Shapes& sh, const DescriptorPtr& a, const DescriptorPtr& b) {
+  DescriptorPtr y = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.scores(), sh.score_strides());
+  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, a, y, b);
+  return y;
 }
 
 // Forward: S = Q K^T, scaled and masked, softmax spelled out (max, subtract, exp, sum, divide; the
@@ -127,7 +131,7 @@ std::unique_ptr<AttentionPlan> build_forward(cudnnHandle_t handle, const Attenti
   if (dropout > 0) {
     auto weights = score(CUDNN_DATA_FLOAT);
     g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, weights, sum);
-    auto dropped = apply_mask(g, sh, *p, dropout, weights);
+    auto dropped = product(g, sh, weights, dropout_mask(g, sh, *p, dropout));
     g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dropped, probs, g.scalar(&p->dropout_scale));
   } else {
     g.pointwise(CUDNN_POINTWISE_DIV, CUDNN_DATA_FLOAT, e, probs, sum);
@@ -180,14 +184,9 @@ std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const Attent
   auto probs_t = transposed_score();
   DescriptorPtr mask, dropout_scale;
   if (dropout > 0) {
-    mask = g.virtual_tensor(CUDNN_DATA_FLOAT, sh.scores(), sh.score_strides());
-    g.bernoulli(1.0 - dropout, g.device_int64(&p->seed), g.device_int64(&p->offset), mask);
+    mask = dropout_mask(g, sh, *p, dropout);
     dropout_scale = g.scalar(&p->dropout_scale);
-    auto kept = score(CUDNN_DATA_FLOAT);
-    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, probs, kept, mask);
-    auto rescaled = score(CUDNN_DATA_FLOAT);
-    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, kept, rescaled, dropout_scale);
-    g.reshape(rescaled, probs_t);
+    g.reshape(product(g, sh, product(g, sh, probs, mask), dropout_scale), probs_t);
   } else {
     g.reshape(probs, probs_t);
   }
@@ -195,20 +194,11 @@ std::unique_ptr<AttentionPlan> build_backward(cudnnHandle_t handle, const Attent
 
   auto dp = score(CUDNN_DATA_FLOAT);
   g.matmul(grad_out, vt, dp);
-  if (mask) {
-    auto kept = score(CUDNN_DATA_FLOAT);
-    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, dp, kept, mask);
-    dp = kept;
-  }
+  if (mask) dp = product(g, sh, dp, mask);
   auto centred = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_SUB, CUDNN_DATA_FLOAT, dp, centred, dot);
-  auto weighted = score(CUDNN_DATA_FLOAT);
-  g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, centred, weighted, probs);
-  if (dropout_scale) {
-    auto rescaled = score(CUDNN_DATA_FLOAT);
-    g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, weighted, rescaled, dropout_scale);
-    weighted = rescaled;
-  }
+  auto weighted = product(g, sh, centred, probs);
+  if (dropout_scale) weighted = product(g, sh, weighted, dropout_scale);
   auto ds = score(CUDNN_DATA_FLOAT);
   g.pointwise(CUDNN_POINTWISE_MUL, CUDNN_DATA_FLOAT, weighted, ds, scale);
   auto ds_t = transposed_score();
@@ -350,20 +340,20 @@ bool sdpa_backward_cudnn(const Tensor& q, const Tensor& k, const Tensor& v, cons
   float scale_value = static_cast<float>(scale), neg_inf_value = -std::numeric_limits<float>::infinity(),
         one_value = 1.0f - drop.p, rescale = 1;
   std::vector<int64_t> uids{p->q,      p->k,      p->v,   p->out,   p->grad_out, p->lse, p->grad_q,
-                                  p->grad_k, p->grad_v, p->dot, p->scale, p->neg_inf,  p->one};
+                            p->grad_k, p->grad_v, p->dot, p->scale, p->neg_inf,  p->one};
   std::vector<void*> pointers{operand_at(q, layouts.q),
-                                    operand_at(k, layouts.k),
-                                    operand_at(v, layouts.v),
-                                    operand_at(out, layouts.out),
-                                    operand_at(grad_out, layouts.out),
-                                    lse.data_ptr(),
-                                    operand_at(grad_q, layouts.q),
-                                    operand_at(grad_k, layouts.k),
-                                    operand_at(grad_v, layouts.v),
-                                    dot.data_ptr(),
-                                    &scale_value,
-                                    &neg_inf_value,
-                                    &one_value};
+                              operand_at(k, layouts.k),
+                              operand_at(v, layouts.v),
+                              operand_at(out, layouts.out),
+                              operand_at(grad_out, layouts.out),
+                              lse.data_ptr(),
+                              operand_at(grad_q, layouts.q),
+                              operand_at(grad_k, layouts.k),
+                              operand_at(grad_v, layouts.v),
+                              dot.data_ptr(),
+                              &scale_value,
+                              &neg_inf_value,
+                              &one_value};
   bind_dropout(*p, drop, state, rescale, uids, pointers);
   cuda::cudnn_graph::execute(cuda::cudnn_handle(device), *p->plan, uids, pointers,
                              workspace.defined() ? workspace.data_ptr() : nullptr);
