@@ -164,6 +164,11 @@ Tensor relu(const Tensor& x) {
 
 namespace {
 
+void check_dropout(const Tensor& x, double p, const char* what) {
+  DPT_CHECK(p >= 0 && p < 1, "{}: p must be in [0, 1), got {}", what, p);
+  DPT_CHECK(is_floating(x.dtype()), "{}: expected a floating tensor, got {}", what, dtype_name(x.dtype()));
+}
+
 // The mask of `rng` applied to a gradient: the backward of both dropout ops.
 Tensor dropout_grad(const Tensor& g, double p, const PhiloxArgs& rng) {
   Tensor gy = g.contiguous();
@@ -175,8 +180,7 @@ Tensor dropout_grad(const Tensor& g, double p, const PhiloxArgs& rng) {
 }  // namespace
 
 Tensor dropout(const Tensor& x_in, double p, Generator& gen) {
-  DPT_CHECK(p >= 0 && p < 1, "dropout: p must be in [0, 1), got {}", p);
-  DPT_CHECK(is_floating(x_in.dtype()), "dropout: expected a floating tensor, got {}", dtype_name(x_in.dtype()));
+  check_dropout(x_in, p, "dropout");
   Tensor x = x_in.contiguous();
   Tensor out = Tensor::empty(x.shape(), x.options());
   const PhiloxArgs rng = gen.draw(static_cast<uint64_t>(x.numel()));
@@ -188,8 +192,7 @@ Tensor dropout(const Tensor& x_in, double p, Generator& gen) {
 }
 
 Tensor dropout_add(const Tensor& x_in, const Tensor& residual_in, double p, Generator& gen) {
-  DPT_CHECK(p >= 0 && p < 1, "dropout_add: p must be in [0, 1), got {}", p);
-  DPT_CHECK(is_floating(x_in.dtype()), "dropout_add: expected a floating tensor, got {}", dtype_name(x_in.dtype()));
+  check_dropout(x_in, p, "dropout_add");
   DPT_CHECK(x_in.shape() == residual_in.shape() && x_in.dtype() == residual_in.dtype() &&
                 x_in.device() == residual_in.device(),
             "dropout_add: x is {} {} and the residual {} {}: expected one shape, dtype and device",
