@@ -13,6 +13,10 @@ configs/bench_NAME.yaml (gpt2_124m, mlp_92m, tiny_gpt; mlp_small runs in seconds
 tools themselves) and `--config FILE` any dpt-train config with a GPT or an MLP, resolved by
 `dpt-train --print-config` (so defaults are dptrain's): shape, bias, dropout, activation, batch size.
 AdamW (fused), bf16 autocast. `--compile-mode` picks torch.compile's mode (reduce-overhead adds CUDA graphs).
+`--bf16 pure` computes in bf16 the way dptrain does instead: the model's parameters and activations in
+bf16 (softmax statistics, LayerNorm and the loss in float32 inside their kernels), float32 master weights
+that AdamW updates from the bf16 gradients, rounded to the bf16 model after each step. Autocast keeps the
+residual stream, LayerNorm's input and the embeddings in float32, which is other arithmetic.
 
 --batches repeat (the default) trains every step on one batch; random draws a fresh batch for each step.
 
@@ -22,19 +26,22 @@ by `dpt-bench train --save-start FILE` ("__x.RANK.I", "__y.RANK.I": rank RANK's 
 included), and `--losses` adds every step's loss: scripts/gpu-convergence.sh compares the loss curves
 from the same start.
 
---floor KIND trains a second time from the same start after the reference run and prints a second JSON
-line ("role": "floor"): PyTorch against itself, the distance scripts/gpu-convergence.sh measures dptrain
-by. KIND is what differs, nothing else:
+--floor KIND[,KIND...] trains once more from the same start after the reference run for each KIND and
+prints a JSON line for each ("role": "floor-KIND"): PyTorch against itself, the distances
+scripts/gpu-convergence.sh measures dptrain by. KIND is what differs, nothing else:
   cpu      the same run on the CPU (float32 only; every core, split between the ranks under torchrun,
            whose DDP then runs over Gloo)
   compile  torch.compile toggled (eager against compiled, or the reverse with --compile)
   order    every batch's examples in reverse order: the same sums of the same numbers in another order
-           (the loss is a mean over the batch), so the distance is what reordering alone does
+           (the loss is a mean over the batch), so the distance is what reordering alone does;
+           order:N permutes them at random instead, from seed N (several give PyTorch's spread where
+           training is chaotic, as a repeated batch makes it after a few dozen steps)
   kernels  other kernels on the GPU: deterministic algorithms, cuBLASLt for every matmul, and another
            attention backend (the math one in float32, memory-efficient attention in bf16)
 """
 import argparse
 import contextlib
+import copy
 import gc
 import json
 import math
@@ -318,7 +325,7 @@ def draw_batches(cfg, count, seed, device):
     return batches
 
 
-def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, start=None, group=None, role=None):
+def run(name, cfg, args, device, compile_model, kernels=False, order=None, start=None, group=None, role=None):
     """One training run of `args.steps` timed steps after `args.warmup`; its JSON result."""
     torch.manual_seed(0)
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
@@ -328,7 +335,11 @@ def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, st
     model = model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     opt = make_adamw(model, device)
-    step_model = torch.compile(model, mode=args.compile_mode) if compile_model else model
+    pure = args.precision == "bf16" and args.bf16 == "pure"
+    # --bf16 pure: `model` holds the float32 masters the optimizer updates, `compute` their bf16 copies.
+    compute = copy.deepcopy(model).to(torch.bfloat16) if pure else model
+    masters, twins = list(model.parameters()), list(compute.parameters())
+    step_model = torch.compile(compute, mode=args.compile_mode) if compile_model else compute
     if world > 1:
         step_model = torch.nn.parallel.DistributedDataParallel(
             step_model, device_ids=[device.index] if device.type == "cuda" else None, process_group=group)
@@ -338,8 +349,13 @@ def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, st
                    for x, y in start.rank_batches(rank, world, n_batches)]
     else:
         batches = draw_batches(cfg, n_batches, 1 + rank, device)  # each rank its own
-    if reverse:
-        batches = [(x.flip(0), y.flip(0)) for x, y in batches]
+    if order is not None:  # "reverse", or the seed of a random permutation (drawn on the CPU)
+        n = batches[0][0].shape[0]
+        perm = (torch.arange(n - 1, -1, -1) if order == "reverse" else
+                torch.randperm(n, generator=torch.Generator().manual_seed(order))).to(batches[0][0].device)
+        batches = [(x[perm], y[perm]) for x, y in batches]
+    if pure:  # the MLP's float inputs enter the bf16 model in bf16, as in dptrain
+        batches = [(x.to(torch.bfloat16) if x.is_floating_point() else x, y) for x, y in batches]
     x0, y0 = batches[0]
     shape_x = (cfg["batch"], cfg["seq"]) if cfg["kind"] == "gpt" else (cfg["batch"], cfg["d_in"])
     shape_y = shape_x if cfg["kind"] == "gpt" else (cfg["batch"],)
@@ -347,7 +363,7 @@ def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, st
         raise SystemExit(f"{args.start}: batch x {list(x0.shape)}, y {list(y0.shape)}; workload {name} needs "
                          f"{list(shape_x)}, {list(shape_y)}")
     units = cfg["batch"] * cfg["seq"] if cfg["kind"] == "gpt" else cfg["batch"]
-    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16")
+    autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=args.precision == "bf16" and not pure)
     cuda = device.type == "cuda"
     # The older of PyTorch's two TF32 switches: torch.compile (2.9 to 2.11 at least) reads it, and fails once
     # the newer one (matmul.fp32_precision) has been set. No convolutions here, so cuDNN's switch is moot.
@@ -358,8 +374,14 @@ def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, st
         with autocast:
             loss = step_model(x, y)
         loss.backward()
+        if pure:
+            for m, t in zip(masters, twins):
+                m.grad, t.grad = t.grad.float(), None
         opt.step()
         opt.zero_grad(set_to_none=True)
+        if pure:
+            with torch.no_grad():
+                torch._foreach_copy_(twins, masters)  # round to nearest even, as dptrain's twins
         return loss
 
     losses = []  # --losses: every step's loss, read after its time is taken
@@ -390,8 +412,9 @@ def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, st
     median = times[len(times) // 2]
     flops = flops_per_step(cfg, n_params)
     compiled = "pytorch-compile" + ("" if args.compile_mode == "default" else "-" + args.compile_mode)
-    system = (compiled if compile_model else "pytorch-eager") + ("-kernels" if kernels else "") + \
-        ("-reversed" if reverse else "") + ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
+    system = (compiled if compile_model else "pytorch-eager") + ("-bf16-pure" if pure else "") + \
+        ("-kernels" if kernels else "") + \
+        ("" if order is None else "-reversed" if order == "reverse" else f"-permuted{order}") + ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
     result = dict(system=system, workload=name, precision=args.precision, world=world, batches=args.batches,
                   device=torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
                   params=n_params, step_ms=median * 1e3,
@@ -406,6 +429,25 @@ def run(name, cfg, args, device, compile_model, kernels=False, reverse=False, st
     return result
 
 
+def floor_order(kind):
+    """The example order of floor `kind`: "reverse" for order, the seed N for order:N, else None."""
+    if kind == "order":
+        return "reverse"
+    head, _, seed = kind.partition(":")
+    return int(seed) if head == "order" and seed.isdigit() else None
+
+
+def floor_kinds(text):
+    """--floor's comma-separated kinds, each once."""
+    kinds = text.split(",")
+    for k in kinds:
+        if k not in FLOORS and floor_order(k) is None:
+            raise argparse.ArgumentTypeError(f"unknown floor '{k}' (choose from {', '.join(FLOORS)}, order:N)")
+    if len(set(kinds)) != len(kinds):
+        raise argparse.ArgumentTypeError(f"'{text}' names a floor twice")
+    return kinds
+
+
 def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--workload", action="append",
@@ -416,6 +458,8 @@ def main():
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--warmup", type=int, default=5)
     ap.add_argument("--precision", default="bf16", choices=["bf16", "fp32", "tf32"])
+    ap.add_argument("--bf16", default="autocast", choices=["autocast", "pure"],
+                    help="how --precision bf16 computes: torch.autocast, or dptrain's scheme (see the top)")
     ap.add_argument("--compile", action="store_true")
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"], help="where the reference run trains")
     ap.add_argument("--batches", default="repeat", choices=["repeat", "random"],
@@ -424,21 +468,22 @@ def main():
     ap.add_argument("--start", metavar="FILE",
                     help="initial parameters and batches from `dpt-bench train --save-start FILE` (one --workload)")
     ap.add_argument("--losses", action="store_true", help="add every step's loss, warm-up included, as \"losses\"")
-    ap.add_argument("--floor", choices=FLOORS,
-                    help="after the reference run, the same run once more with only this changed (see the top)")
+    ap.add_argument("--floor", type=floor_kinds, default=[],
+                    help="after the reference run, the same run once more for each comma-separated KIND with only that "
+                         "changed (see the top)")
     args = ap.parse_args()
     if args.start and len(args.workload or []) + len(args.config) != 1:
         ap.error("--start needs exactly one --workload or --config (the one the file was written for)")
     if args.steps <= 0 or args.warmup < 0:
         ap.error("--steps must be > 0 and --warmup >= 0")
-    if args.floor == "cpu" and args.precision == "bf16":
+    if "cpu" in args.floor and args.precision == "bf16":
         ap.error("--floor cpu compares float32 runs (bf16 autocast on a CPU is other arithmetic): use compile "
                  "or kernels")
-    if args.floor == "kernels" and args.device != "cuda":
+    if "kernels" in args.floor and args.device != "cuda":
         ap.error("--floor kernels chooses other GPU kernels: it needs --device cuda")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("pytorch_reference.py: no GPU visible to PyTorch (--device cpu to train on the CPU)")
-    if args.floor == "kernels":
+    if "kernels" in args.floor:
         # Deterministic cuBLAS needs a fixed workspace, read when cuBLAS first starts: before any GPU work.
         os.environ.setdefault("CUBLAS_WORKSPACE_CONFIG", ":4096:8")
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)
@@ -449,7 +494,7 @@ def main():
         if args.device == "cuda":
             torch.cuda.set_device(int(os.environ["LOCAL_RANK"]))
         dist.init_process_group("nccl" if args.device == "cuda" else "gloo")
-        if args.floor == "cpu" and args.device == "cuda":
+        if "cpu" in args.floor and args.device == "cuda":
             cpu_group = dist.new_group(backend="gloo")  # DDP of the CPU run
     device = torch.device(f"cuda:{torch.cuda.current_device()}" if args.device == "cuda" else "cpu")
     names = args.workload or ([] if args.config else ["gpt2_124m", "mlp_92m", "tiny_gpt"])
@@ -459,17 +504,15 @@ def main():
     start = Start(args.start, workloads[0][0]) if args.start else None
     for name, cfg in workloads:
         runs = [dict(device=device, compile_model=args.compile, group=group)]
-        if args.floor == "cpu":
-            runs.append(dict(device=torch.device("cpu"), compile_model=args.compile, group=cpu_group))
-        elif args.floor == "compile":
-            runs.append(dict(device=device, compile_model=not args.compile, group=group))
-        elif args.floor == "kernels":
-            runs.append(dict(device=device, compile_model=args.compile, group=group, kernels=True))
-        elif args.floor == "order":
-            runs.append(dict(device=device, compile_model=args.compile, group=group, reverse=True))
-        for i, r in enumerate(runs):
-            role = None if not args.floor else "reference" if i == 0 else f"floor-{args.floor}"
-            result = run(name, cfg, args, start=start, role=role, **r)
+        for kind in args.floor:
+            changed = {"cpu": dict(device=torch.device("cpu"), group=cpu_group),
+                       "compile": dict(compile_model=not args.compile),
+                       "kernels": dict(kernels=True)}.get(kind) or dict(order=floor_order(kind))
+            runs.append({**runs[0], **changed, "role": f"floor-{kind}"})
+        if args.floor:
+            runs[0]["role"] = "reference"
+        for r in runs:
+            result = run(name, cfg, args, start=start, **r)
             if not dist.is_initialized() or dist.get_rank() == 0:
                 print(json.dumps(result), flush=True)
             gc.collect()  # the next run's model and optimizer in the memory this one held

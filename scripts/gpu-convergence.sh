@@ -3,22 +3,28 @@
 #
 # For each workload x precision x GPU count x batch mode, `dpt-bench train --save-start FILE --losses`
 # writes the initial parameters and every batch it trains on (each rank's, each step's) and prints every
-# step's loss; `bench/pytorch_reference.py --start FILE --losses --floor KIND` trains from exactly those
-# (the reference) and then once more with only KIND changed (the floor run). Two GPUs: dpt-bench under
-# dpt-run against PyTorch DDP under torchrun, 2 processes each, rank 0's loss on both sides.
+# step's loss; `bench/pytorch_reference.py --start FILE --losses --floor KINDS` trains from exactly those
+# (the reference) and then once more for each floor kind with only that changed (the floor runs). Two
+# GPUs: dpt-bench under dpt-run against PyTorch DDP under torchrun, 2 processes each, rank 0's loss on
+# both sides. bf16 references compute as dptrain does (`--bf16 pure`: bf16 parameters and activations,
+# float32 masters); torch.autocast keeps the residual stream in float32, which is other arithmetic.
 #
-# The floors, PyTorch against itself from the same start:
+# The floor runs, PyTorch against itself from the same start:
 #   fp32  cpu      the reference on the GPU against the same run on the CPU (every core; under torchrun
 #                  each rank half of them, DDP over Gloo)
-#         kernels  for gpt2_124m, whose 100 CPU steps would take tens of minutes: a proxy, the reference
-#                  against the same run through other GPU kernels (deterministic algorithms, cuBLASLt for
-#                  every matmul, the math attention backend; memory-efficient attention under bf16)
+#         kernels  other GPU kernels: deterministic algorithms, cuBLASLt for every matmul, another attention
+#                  backend (math in float32, memory-efficient in bf16); gpt2_124m's fp32 stand-in for cpu,
+#                  whose 100 CPU steps would take tens of minutes
 #   bf16  compile  the eager reference against torch.compile (other fused kernels, same arithmetic)
-#   any   order    the reference with every batch's examples reversed: the same sums in another order
-# (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: cpu, compile, kernels or order.)
+#   any   order    every batch's examples reversed: the same sums in another order; order:N a random
+#                  permutation from seed N
+# One run says little once training turns chaotic: a repeated batch makes the loss spike after a few
+# steps, and a ReLU whose input lies within rounding of zero passes or blocks a whole example's gradient,
+# so two correct runs jump apart by chance. The floor is therefore the farthest of several runs, step by
+# step (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: comma-separated kinds).
 #
-# The bar, step by step: with gap(t) = |dptrain(t) - PyTorch(t)| / |PyTorch(t)| and floor(t) =
-# |floor run(t) - PyTorch(t)| / |PyTorch(t)|, every step s must have
+# The bar, step by step: with gap(t) = |dptrain(t) - PyTorch(t)| / |PyTorch(t)| and floor(t) = the
+# largest |floor run(t) - PyTorch(t)| / |PyTorch(t)| over the floor runs, every step s must have
 #   max_{t<=s} gap(t) <= 2 * max_{t<=s} floor(t) + 1e-6.
 # ratio = the largest max_{t<=s} gap / (max_{t<=s} floor + 5e-7) over the steps: PASS when ratio <= 2.
 # The table last gives each combination's floor and gap (largest over the steps), the step of its largest
@@ -27,7 +33,7 @@
 # status is 1 when any combination misses the bar or produced no losses; 2-GPU rows are skipped, and said
 # so, when fewer GPUs are visible (nvidia-smi -L). Build first (scripts/gpu-test.sh builds build-gpu/).
 #
-#   scripts/gpu-convergence.sh                          # the default set below, sized for ~8 min on one H100
+#   scripts/gpu-convergence.sh                          # the default set below, ~12 min on one H100
 #   DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=fp32 DPT_CONV_BATCHES=random scripts/gpu-convergence.sh
 #   DPT_CONV_EXCLUDE= scripts/gpu-convergence.sh        # every combination, gpt2_124m fp32 random included
 #
@@ -75,19 +81,24 @@ def rel(a, b):
 
 
 def curves(tag, steps):
-    """dptrain, reference and floor-run losses, or the reason there are none."""
+    """dptrain's and the reference's losses and each floor run's (system, losses), or why there are none."""
     ours = [r for r in json_lines(os.path.join(out, f"{tag}.dptrain.jsonl")) if "losses" in r]
     torch_rows = json_lines(os.path.join(out, f"{tag}.pytorch.jsonl"))
     ref = [r for r in torch_rows if r.get("role") == "reference" and "losses" in r]
-    floor = [r for r in torch_rows if str(r.get("role", "")).startswith("floor") and "losses" in r]
-    missing = [name for name, rows in (("dptrain", ours), ("PyTorch", ref), ("floor run", floor)) if not rows]
+    floors = [r for r in torch_rows if str(r.get("role", "")).startswith("floor") and "losses" in r]
+    missing = [name for name, rows in (("dptrain", ours), ("PyTorch", ref), ("floor run", floors)) if not rows]
     if missing:
         return None, f"no losses from {', '.join(missing)}"
-    # dpt-bench writes a non-finite loss as null (JSON has no NaN); Python's json module writes NaN.
-    d, p, f = ([math.nan if v is None else v for v in rows[-1]["losses"]] for rows in (ours, ref, floor))
-    if not len(d) == len(p) == len(f) == steps:
-        return None, f"{len(d)}, {len(p)}, {len(f)} losses (dptrain, PyTorch, floor run) for {steps} steps"
-    return (d, p, f, floor[-1]["system"]), None
+
+    def losses(row):  # dpt-bench writes a non-finite loss as null (JSON has no NaN); Python's json writes NaN
+        return [math.nan if v is None else v for v in row["losses"]]
+
+    d, p = losses(ours[-1]), losses(ref[-1])
+    fl = [(r["system"], losses(r)) for r in floors]
+    if not len(d) == len(p) == steps or any(len(f) != steps for _, f in fl):
+        return None, (f"{len(d)}, {len(p)}, {'/'.join(str(len(f)) for _, f in fl)} losses (dptrain, PyTorch, "
+                      f"floor runs) for {steps} steps")
+    return (d, p, fl), None
 
 
 def fmt(v):
@@ -121,22 +132,24 @@ for tag, w, p, n, b, steps, floor_kind, status, note in rows:
         table.append(key + ["-", "-", "-", "-", "NO RESULT"])
         failures.append(f"{tag}: {why} (logs: {out}/{tag}.*.log)")
         continue
-    d, ref, fl, floor_system = got
+    d, ref, floor_runs = got
     gap_max = floor_max = 0.0
     worst_ratio, worst_step, first_miss = -1.0, 0, None
     with open(os.path.join(out, f"{tag}.csv"), "w", newline="") as f:
         writer = csv.writer(f, lineterminator="\n")
         writer.writerow(header)
         for t in range(steps):
-            gap, floor = rel(d[t], ref[t]), rel(fl[t], ref[t])
+            # The floor at step t: the floor run farthest from the reference there.
+            floor, floor_system, floor_loss = max((rel(f[t], ref[t]), system, f[t]) for system, f in floor_runs)
+            gap = rel(d[t], ref[t])
             gap_max, floor_max = max(gap_max, gap), max(floor_max, floor)
             bar = 2 * floor_max + SLACK
             ratio = gap_max / (floor_max + SLACK / 2)
             if ratio > worst_ratio:
                 worst_ratio, worst_step = ratio, t
             if gap_max > bar and first_miss is None:
-                first_miss = (t, gap, floor, gap_max, floor_max, d[t], ref[t], fl[t])
-            row = [t, d[t], ref[t], fl[t], gap, floor, gap_max, floor_max, bar]
+                first_miss = (t, gap, floor, gap_max, floor_max, d[t], ref[t], floor_loss, floor_system)
+            row = [t, d[t], ref[t], floor_loss, gap, floor, gap_max, floor_max, bar]
             writer.writerow(row)
             all_writer.writerow([tag] + row)
     passed = first_miss is None
@@ -144,7 +157,7 @@ for tag, w, p, n, b, steps, floor_kind, status, note in rows:
     table.append(key + [fmt(floor_max), fmt(gap_max), str(worst_step),
                         "inf" if math.isinf(worst_ratio) else f"{worst_ratio:.2f}", "PASS" if passed else "FAIL"])
     if not passed:
-        t, gap, floor, gm, fm, a, r, c = first_miss
+        t, gap, floor, gm, fm, a, r, c, floor_system = first_miss
         failures.append(f"{tag}: first step over the bar {t}: gap {fmt(gap)} (max so far {fmt(gm)}) > 2 x floor "
                         f"{fmt(fm)} (max so far; this step {fmt(floor)}) + 1e-6; losses dptrain {a:.6f}, "
                         f"PyTorch {r:.6f}, {floor_system} {c:.6f} (curves: {out}/{tag}.csv)")
@@ -210,18 +223,20 @@ done
 
 floor_kind() {  # floor_kind WORKLOAD PRECISION: what the floor run changes
   if [[ "$2" == bf16 ]]; then
-    echo "${DPT_CONV_FLOOR_BF16:-compile}"
+    echo "${DPT_CONV_FLOOR_BF16:-compile,kernels,order,order:1,order:2}"
   elif [[ "$1" == gpt2_124m ]]; then
-    echo "${DPT_CONV_FLOOR_FP32_GPT2:-kernels}"
+    echo "${DPT_CONV_FLOOR_FP32_GPT2:-kernels,order,order:1,order:2}"
   else
-    echo "${DPT_CONV_FLOOR_FP32:-cpu}"
+    echo "${DPT_CONV_FLOOR_FP32:-cpu,order,order:1,order:2}"
   fi
 }
 for p in "${precisions[@]}"; do
   for w in "${workloads[@]}"; do
-    f="$(floor_kind "$w" "$p")"
-    [[ "$f" =~ ^(cpu|compile|kernels|order)$ ]] || usage_error "unknown floor '$f' for $w $p (cpu compile kernels order)"
-    [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
+    IFS=, read -r -a kinds <<<"$(floor_kind "$w" "$p")"
+    for f in "${kinds[@]}"; do
+      [[ "$f" =~ ^(cpu|compile|kernels|order|order:[0-9]+)$ ]] || usage_error "unknown floor '$f' for $w $p (cpu compile kernels order order:N)"
+      [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
+    done
   done
 done
 
@@ -249,7 +264,7 @@ run_combination() {  # run_combination TAG WORKLOAD PRECISION GPUS BATCHES FLOOR
   local dpt=("$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup 0 --precision "$p" --batches "$b"
     --save-start "$start" --losses)
   local ref=("$root/bench/pytorch_reference.py" --workload "$w" --steps "$steps" --warmup 0 --precision "$p"
-    --batches "$b" --start "$start" --losses --floor "$floor")
+    --batches "$b" --start "$start" --losses --floor "$floor" --bf16 pure)
   if ((n > 1)); then dpt=("$bin/dpt-run" --standalone --nproc-per-node "$n" -- "${dpt[@]}"); fi
   timeout 900 "${dpt[@]}" >"$out/$tag.dptrain.log" 2>&1
   local dpt_status=$?

@@ -78,9 +78,9 @@ TEST(ReadmeCommands, PlotMetricsDrawsAPngOrSkipsCleanlyWithoutGnuplot) {
 }
 
 // One combination's files as gpu-convergence.sh leaves them: dptrain's JSON line, then PyTorch's reference
-// and floor-run lines, each with its losses.
+// line and one line for each floor run, each with its losses.
 void write_losses(const ScratchDir& dir, const std::string& tag, const std::vector<double>& dptrain,
-                  const std::vector<double>& reference, const std::vector<double>& floor) {
+                  const std::vector<double>& reference, const std::vector<std::vector<double>>& floors) {
   auto list = [](const std::vector<double>& v) {
     std::ostringstream s;
     s.precision(17);
@@ -91,9 +91,11 @@ void write_losses(const ScratchDir& dir, const std::string& tag, const std::vect
   };
   std::ofstream(dir.file("convergence/" + tag + ".dptrain.jsonl"))
       << "{\"system\": \"dptrain\", \"losses\": " << list(dptrain) << "}\n";
-  std::ofstream(dir.file("convergence/" + tag + ".pytorch.jsonl"))
-      << "{\"system\": \"pytorch-eager\", \"role\": \"reference\", \"losses\": " << list(reference) << "}\n"
-      << "{\"system\": \"pytorch-eager-cpu\", \"role\": \"floor-cpu\", \"losses\": " << list(floor) << "}\n";
+  std::ofstream torch(dir.file("convergence/" + tag + ".pytorch.jsonl"));
+  torch << "{\"system\": \"pytorch-eager\", \"role\": \"reference\", \"losses\": " << list(reference) << "}\n";
+  for (size_t i = 0; i < floors.size(); ++i)
+    torch << "{\"system\": \"pytorch-eager-floor" << i << "\", \"role\": \"floor-" << i << "\", \"losses\": "
+          << list(floors[i]) << "}\n";
 }
 
 std::vector<double> scaled(const std::vector<double>& v, double by, int only_step = -1) {
@@ -110,9 +112,9 @@ TEST(GpuConvergenceTable, PassesWithinTwiceThePyTorchFloorAndFailsPastIt) {
   const std::vector<double> ref = {10, 9, 8, 7, 6};
   const std::vector<double> floor = scaled(ref, 1 + 1e-4);  // PyTorch 1e-4 from itself at every step
   // Within the bar: 1.5e-4 <= 2 x 1e-4 + 1e-6 at every step.
-  write_losses(dir, "near", scaled(ref, 1 + 1.5e-4), ref, floor);
+  write_losses(dir, "near", scaled(ref, 1 + 1.5e-4), ref, {floor});
   // Over it at step 3 only: 3e-4 > 2 x 1e-4 + 1e-6.
-  write_losses(dir, "far", scaled(ref, 1 + 3e-4, 3), ref, floor);
+  write_losses(dir, "far", scaled(ref, 1 + 3e-4, 3), ref, {floor});
   const std::string script = quote(kSource + "/scripts/gpu-convergence.sh") + " --table-only";
   const std::string env = "OUT=" + quote(dir.path().string()) + " ";
   auto manifest = [&](const std::string& rows) { std::ofstream(dir.file("convergence/combinations.tsv")) << rows; };
@@ -148,12 +150,42 @@ TEST(GpuConvergenceTable, PassesWithinTwiceThePyTorchFloorAndFailsPastIt) {
   EXPECT_NE(missing.output.find("no losses from PyTorch, floor run"), std::string::npos) << missing.output;
 }
 
+// Several floor runs: the floor at each step is the one farthest from the reference there, so dptrain's
+// gap at step 3 is judged against the run that strayed most by then, not against the first run alone.
+TEST(GpuConvergenceTable, TheFloorIsTheFarthestOfSeveralPyTorchRunsAtEachStep) {
+  if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
+  ScratchDir dir("convergence_floors");
+  fs::create_directories(dir.file("convergence"));
+  const std::vector<double> ref = {10, 9, 8, 7, 6};
+  const std::vector<double> near = scaled(ref, 1 + 1e-5);     // 1e-5 from the reference at every step
+  const std::vector<double> strays = scaled(ref, 1 + 3e-4, 3);  // 3e-4 at step 3 only
+  const std::vector<double> ours = scaled(ref, 1 + 5e-4, 3);    // 5e-4 at step 3: over 2 x 1e-5, within 2 x 3e-4
+  const std::string script = quote(kSource + "/scripts/gpu-convergence.sh") + " --table-only";
+  const std::string env = "OUT=" + quote(dir.path().string()) + " ";
+  std::ofstream(dir.file("convergence/combinations.tsv"))
+      << "both\tmlp_92m\tfp32\t1\trepeat\t5\tcpu,order\trun\t\nfirst\tmlp_92m\tfp32\t1\trepeat\t5\tcpu\trun\t\n";
+  write_losses(dir, "both", ours, ref, {strays, near});
+  write_losses(dir, "first", ours, ref, {near});
+  RunResult r = run_shell(env + script);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_EQ(r.output.find("both: first step over the bar"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("first: first step over the bar 3"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("convergence: FAIL: 1 within the bar, 1 over it"), std::string::npos) << r.output;
+  // The curve names the farthest floor run's loss at each step: the straying run's at step 3.
+  std::istringstream csv(read_text(dir.file("convergence/both.csv")));
+  std::vector<std::string> lines;
+  for (std::string line; std::getline(csv, line);) lines.push_back(line);
+  ASSERT_EQ(lines.size(), 6u);
+  EXPECT_EQ(lines[4].substr(0, 7), "3,7.003") << lines[4];  // step 3, dptrain 7 x (1 + 5e-4)
+  EXPECT_NE(lines[4].find(",7.002"), std::string::npos) << lines[4];  // the floor loss: 7 x (1 + 3e-4)
+}
+
 TEST(GpuConvergenceTable, ANullLossFromDptBenchIsInfinitelyFarNotACrash) {
   if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
   ScratchDir dir("convergence_null");
   fs::create_directories(dir.file("convergence"));
   const std::vector<double> ref = {10, 9, 8, 7, 6};
-  write_losses(dir, "diverged", ref, ref, scaled(ref, 1 + 1e-4));
+  write_losses(dir, "diverged", ref, ref, {scaled(ref, 1 + 1e-4)});
   // dpt-bench writes a non-finite loss as null (JSON has no NaN): here at step 2.
   std::ofstream(dir.file("convergence/diverged.dptrain.jsonl"))
       << "{\"system\": \"dptrain\", \"losses\": [10, 9, null, 7, 6]}\n";
