@@ -33,7 +33,7 @@
 # status is 1 when any combination misses the bar or produced no losses; 2-GPU rows are skipped, and said
 # so, when fewer GPUs are visible (nvidia-smi -L). Build first (scripts/gpu-test.sh builds build-gpu/).
 #
-#   scripts/gpu-convergence.sh                          # the default set below, ~12 min on one H100
+#   scripts/gpu-convergence.sh                          # the default set below, ~13 min on one H100
 #   DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=fp32 DPT_CONV_BATCHES=random scripts/gpu-convergence.sh
 #   DPT_CONV_EXCLUDE= scripts/gpu-convergence.sh        # every combination, gpt2_124m fp32 random included
 #

@@ -8,7 +8,7 @@
 #
 # After the tests, scripts/gpu-convergence.sh trains every benchmark workload in dptrain and in PyTorch
 # from the same start and fails the run when dptrain's loss curve leaves PyTorch's by more than twice
-# PyTorch's distance from itself (about 8 minutes on one GPU; its table is printed in the summary). It
+# PyTorch's distance from itself (about 13 minutes on one GPU; its table is printed in the summary). It
 # runs unless DPT_GPU_TEST_CONVERGENCE=0, or DPT_GPU_TEST_TARGETS builds a subset (then
 # DPT_GPU_TEST_CONVERGENCE=1 runs it all the same).
 #
