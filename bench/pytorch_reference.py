@@ -36,6 +36,9 @@ scripts/gpu-convergence.sh measures dptrain by. KIND is what differs, nothing el
            (the loss is a mean over the batch), so the distance is what reordering alone does;
            order:N permutes them at random instead, from seed N (several give PyTorch's spread where
            training is chaotic, as a repeated batch makes it after a few dozen steps)
+  units:N  MLPs: the input features and every hidden layer's units permuted from seed N, the same function
+           with every matmul summing in another order, the forward's included (which ReLU inputs round
+           to which side of zero)
   kernels  other kernels on the GPU: deterministic algorithms, cuBLASLt for every matmul, and another
            attention backend (the math one in float32, memory-efficient attention in bf16)
 """
@@ -325,13 +328,31 @@ def draw_batches(cfg, count, seed, device):
     return batches
 
 
-def run(name, cfg, args, device, compile_model, kernels=False, order=None, start=None, group=None, role=None):
+def permute_units(model, seed):
+    """Permutes an MLP's input features and every hidden layer's units from `seed`: the same function, but
+    every matmul sums in another order. Returns the input features' permutation (for the batches)."""
+    gen = torch.Generator().manual_seed(seed)
+    linears = [m for m in model if isinstance(m, nn.Linear)]
+    first = previous = torch.randperm(linears[0].in_features, generator=gen)
+    with torch.no_grad():
+        for i, layer in enumerate(linears):
+            out = (torch.randperm(layer.out_features, generator=gen) if i + 1 < len(linears)
+                   else torch.arange(layer.out_features))  # the classes keep their order: the same loss
+            layer.weight.copy_(layer.weight[out][:, previous])
+            layer.bias.copy_(layer.bias[out])
+            previous = out
+    return first
+
+
+def run(name, cfg, args, device, compile_model, kernels=False, order=None, unit_seed=None, start=None, group=None,
+        role=None):
     """One training run of `args.steps` timed steps after `args.warmup`; its JSON result."""
     torch.manual_seed(0)
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
     model = (GPT(**cfg) if cfg["kind"] == "gpt" else MLP(**cfg))  # initialised on the CPU: the same on any device
     if start is not None:
         start.load_into(model)
+    features = permute_units(model, unit_seed) if unit_seed is not None else None
     model = model.to(device)
     n_params = sum(p.numel() for p in model.parameters())
     opt = make_adamw(model, device)
@@ -354,6 +375,8 @@ def run(name, cfg, args, device, compile_model, kernels=False, order=None, start
         perm = (torch.arange(n - 1, -1, -1) if order == "reverse" else
                 torch.randperm(n, generator=torch.Generator().manual_seed(order))).to(batches[0][0].device)
         batches = [(x[perm], y[perm]) for x, y in batches]
+    if features is not None:
+        batches = [(x[:, features.to(x.device)], y) for x, y in batches]
     if pure:  # the MLP's float inputs enter the bf16 model in bf16, as in dptrain
         batches = [(x.to(torch.bfloat16) if x.is_floating_point() else x, y) for x, y in batches]
     x0, y0 = batches[0]
@@ -414,7 +437,8 @@ def run(name, cfg, args, device, compile_model, kernels=False, order=None, start
     compiled = "pytorch-compile" + ("" if args.compile_mode == "default" else "-" + args.compile_mode)
     system = (compiled if compile_model else "pytorch-eager") + ("-bf16-pure" if pure else "") + \
         ("-kernels" if kernels else "") + \
-        ("" if order is None else "-reversed" if order == "reverse" else f"-permuted{order}") + ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
+        ("" if order is None else "-reversed" if order == "reverse" else f"-permuted{order}") + \
+        ("" if unit_seed is None else f"-units{unit_seed}") + ("-cpu" if not cuda else "") + ("+ddp" if world > 1 else "")
     result = dict(system=system, workload=name, precision=args.precision, world=world, batches=args.batches,
                   device=torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
                   params=n_params, step_ms=median * 1e3,
@@ -433,16 +457,22 @@ def floor_order(kind):
     """The example order of floor `kind`: "reverse" for order, the seed N for order:N, else None."""
     if kind == "order":
         return "reverse"
-    head, _, seed = kind.partition(":")
-    return int(seed) if head == "order" and seed.isdigit() else None
+    return floor_seed(kind, "order")
+
+
+def floor_seed(kind, head):
+    """N for a floor kind spelled HEAD:N, else None."""
+    h, _, seed = kind.partition(":")
+    return int(seed) if h == head and seed.isdigit() else None
 
 
 def floor_kinds(text):
     """--floor's comma-separated kinds, each once."""
     kinds = text.split(",")
     for k in kinds:
-        if k not in FLOORS and floor_order(k) is None:
-            raise argparse.ArgumentTypeError(f"unknown floor '{k}' (choose from {', '.join(FLOORS)}, order:N)")
+        if k not in FLOORS and floor_order(k) is None and floor_seed(k, "units") is None:
+            raise argparse.ArgumentTypeError(f"unknown floor '{k}' (choose from {', '.join(FLOORS)}, order:N, "
+                                             "units:N)")
     if len(set(kinds)) != len(kinds):
         raise argparse.ArgumentTypeError(f"'{text}' names a floor twice")
     return kinds
@@ -501,13 +531,20 @@ def main():
     paths = [(n, os.path.join(ROOT, "configs", f"bench_{n}.yaml")) for n in names]
     paths += [(os.path.splitext(os.path.basename(c))[0], c) for c in args.config]
     workloads = [(name, load_workload(path)) for name, path in paths]
+    if any(floor_seed(k, "units") is not None for k in args.floor):
+        for name, cfg in workloads:
+            if cfg["kind"] != "mlp":
+                ap.error(f"--floor units:N permutes an MLP's units; workload {name} is a {cfg['kind']}")
     start = Start(args.start, workloads[0][0]) if args.start else None
     for name, cfg in workloads:
         runs = [dict(device=device, compile_model=args.compile, group=group)]
         for kind in args.floor:
             changed = {"cpu": dict(device=torch.device("cpu"), group=cpu_group),
                        "compile": dict(compile_model=not args.compile),
-                       "kernels": dict(kernels=True)}.get(kind) or dict(order=floor_order(kind))
+                       "kernels": dict(kernels=True)}.get(kind)
+            if changed is None:
+                changed = (dict(order=floor_order(kind)) if floor_seed(kind, "units") is None
+                           else dict(unit_seed=floor_seed(kind, "units")))
             runs.append({**runs[0], **changed, "role": f"floor-{kind}"})
         if args.floor:
             runs[0]["role"] = "reference"

@@ -18,6 +18,8 @@
 #   bf16  compile  the eager reference against torch.compile (other fused kernels, same arithmetic)
 #   any   order    every batch's examples reversed: the same sums in another order; order:N a random
 #                  permutation from seed N
+#   MLP   units:N  the input features and hidden units permuted from seed N: the same function, every
+#                  matmul (the forward's too) summing in another order
 # One run says little once training turns chaotic: a repeated batch makes the loss spike after a few
 # steps, and a ReLU whose input lies within rounding of zero passes or blocks a whole example's gradient,
 # so two correct runs jump apart by chance. The floor is therefore the farthest of several runs, step by
@@ -234,7 +236,9 @@ for p in "${precisions[@]}"; do
   for w in "${workloads[@]}"; do
     IFS=, read -r -a kinds <<<"$(floor_kind "$w" "$p")"
     for f in "${kinds[@]}"; do
-      [[ "$f" =~ ^(cpu|compile|kernels|order|order:[0-9]+)$ ]] || usage_error "unknown floor '$f' for $w $p (cpu compile kernels order order:N)"
+      [[ "$f" =~ ^(cpu|compile|kernels|order|order:[0-9]+|units:[0-9]+)$ ]] ||
+        usage_error "unknown floor '$f' for $w $p (cpu compile kernels order order:N units:N)"
+      [[ "$f" != units:* || "$w" == mlp_* ]] || usage_error "the units floor permutes an MLP's units, not $w's"
       [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
     done
   done
