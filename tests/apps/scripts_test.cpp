@@ -180,6 +180,21 @@ TEST(GpuConvergenceTable, TheFloorIsTheFarthestOfSeveralPyTorchRunsAtEachStep) {
   EXPECT_NE(lines[4].find(",7.002"), std::string::npos) << lines[4];  // the floor loss: 7 x (1 + 3e-4)
 }
 
+// Floor kinds are checked before anything runs: a units floor names an MLP's units, so a GPT is refused,
+// and a kind outside the list is named.
+TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
+  const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
+  RunResult gpt = run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,units:1 " +
+                            script);
+  EXPECT_EQ(gpt.exit_code, 2) << gpt.output;
+  EXPECT_NE(gpt.output.find("the units floor permutes an MLP's units, not tiny_gpt's"), std::string::npos)
+      << gpt.output;
+  RunResult unknown =
+      run_shell("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,order:x " + script);
+  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
+  EXPECT_NE(unknown.output.find("unknown floor 'order:x' for mlp_92m bf16"), std::string::npos) << unknown.output;
+}
+
 TEST(GpuConvergenceTable, ANullLossFromDptBenchIsInfinitelyFarNotACrash) {
   if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
   ScratchDir dir("convergence_null");
