@@ -454,26 +454,21 @@ def run(name, cfg, args, device, compile_model, kernels=False, order=None, unit_
     return result
 
 
-def floor_order(kind):
-    """The example order of floor `kind`: "reverse" for order, the seed N for order:N, else None."""
-    if kind == "order":
-        return "reverse"
-    return floor_seed(kind, "order")
-
-
-def floor_seed(kind, head):
-    """N for a floor kind spelled HEAD:N, else None."""
-    h, _, seed = kind.partition(":")
-    return int(seed) if h == head and seed.isdigit() else None
+def parse_floor(kind):
+    """A floor kind as (what, seed): (cpu | compile | kernels | order, None), (order, N) or (units, N)."""
+    head, colon, seed = kind.partition(":")
+    if not colon and head in FLOORS:
+        return head, None
+    if colon and head in ("order", "units") and seed.isdigit():
+        return head, int(seed)
+    raise argparse.ArgumentTypeError(f"unknown floor '{kind}' (choose from {', '.join(FLOORS)}, order:N, units:N)")
 
 
 def floor_kinds(text):
     """--floor's comma-separated kinds, each once."""
     kinds = text.split(",")
     for k in kinds:
-        if k not in FLOORS and floor_order(k) is None and floor_seed(k, "units") is None:
-            raise argparse.ArgumentTypeError(f"unknown floor '{k}' (choose from {', '.join(FLOORS)}, order:N, "
-                                             "units:N)")
+        parse_floor(k)
     if len(set(kinds)) != len(kinds):
         raise argparse.ArgumentTypeError(f"'{text}' names a floor twice")
     return kinds
@@ -532,7 +527,7 @@ def main():
     paths = [(n, os.path.join(ROOT, "configs", f"bench_{n}.yaml")) for n in names]
     paths += [(os.path.splitext(os.path.basename(c))[0], c) for c in args.config]
     workloads = [(name, load_workload(path)) for name, path in paths]
-    if any(floor_seed(k, "units") is not None for k in args.floor):
+    if any(parse_floor(k)[0] == "units" for k in args.floor):
         for name, cfg in workloads:
             if cfg["kind"] != "mlp":
                 ap.error(f"--floor units:N permutes an MLP's units; workload {name} is a {cfg['kind']}")
@@ -540,12 +535,12 @@ def main():
     for name, cfg in workloads:
         runs = [dict(device=device, compile_model=args.compile, group=group)]
         for kind in args.floor:
+            what, seed = parse_floor(kind)
             changed = {"cpu": dict(device=torch.device("cpu"), group=cpu_group),
                        "compile": dict(compile_model=not args.compile),
-                       "kernels": dict(kernels=True)}.get(kind)
-            if changed is None:
-                changed = (dict(order=floor_order(kind)) if floor_seed(kind, "units") is None
-                           else dict(unit_seed=floor_seed(kind, "units")))
+                       "kernels": dict(kernels=True),
+                       "order": dict(order="reverse" if seed is None else seed),
+                       "units": dict(unit_seed=seed)}[what]
             runs.append({**runs[0], **changed, "role": f"floor-{kind}"})
         if args.floor:
             runs[0]["role"] = "reference"
