@@ -23,7 +23,8 @@
 # One run says little once training turns chaotic: a repeated batch makes the loss spike after a few
 # steps, and a ReLU whose input lies within rounding of zero passes or blocks a whole example's gradient,
 # so two correct runs jump apart by chance. The floor is therefore the farthest of several runs, step by
-# step (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: comma-separated kinds).
+# step (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: comma-separated kinds; an
+# MLP's defaults add units:1 to units:16).
 #
 # The bar, step by step: with gap(t) = |dptrain(t) - PyTorch(t)| / |PyTorch(t)| and floor(t) = the
 # largest |floor run(t) - PyTorch(t)| / |PyTorch(t)| over the floor runs, every step s must have
@@ -223,13 +224,18 @@ for b in "${batch_modes[@]}"; do
   [[ "$b" =~ ^(repeat|random)$ ]] || usage_error "unknown batch mode '$b' in DPT_CONV_BATCHES (repeat random)"
 done
 
-floor_kind() {  # floor_kind WORKLOAD PRECISION: what the floor run changes
+# An MLP's default floor adds 16 unit permutations: whether some ReLU input within rounding of zero flips
+# is a rare event, and only many draws show how far correct runs part when one does.
+mlp_units="$(seq -s, -f 'units:%g' 1 16)"
+floor_kind() {  # floor_kind WORKLOAD PRECISION: what the floor runs change
+  local units=""
+  [[ "$1" != mlp_* ]] || units=",$mlp_units"
   if [[ "$2" == bf16 ]]; then
-    echo "${DPT_CONV_FLOOR_BF16:-compile,kernels,order,order:1,order:2}"
+    echo "${DPT_CONV_FLOOR_BF16:-compile,kernels,order,order:1,order:2$units}"
   elif [[ "$1" == gpt2_124m ]]; then
     echo "${DPT_CONV_FLOOR_FP32_GPT2:-kernels,order,order:1,order:2}"
   else
-    echo "${DPT_CONV_FLOOR_FP32:-cpu,order,order:1,order:2}"
+    echo "${DPT_CONV_FLOOR_FP32:-cpu,order,order:1,order:2$units}"
   fi
 }
 for p in "${precisions[@]}"; do
