@@ -13,7 +13,7 @@ bool is_available();  // any error from the driver (none installed, no device) c
 int device_count();
 int current_device();
 void set_device(int device);
-void synchronize();   // the current device
+void synchronize();                   // the current device
 std::string device_name(int device);  // "NVIDIA H100 80GB HBM3"
 
 // Stream-ordered pool (cudaMallocAsync on the current stream, release threshold = keep everything).
@@ -29,6 +29,9 @@ void reset_peak_memory_stats(int device);
 // Page-locked host memory, for asynchronous host-to-device copies (data loader).
 void* allocate_pinned(size_t nbytes);
 void free_pinned(void* ptr);
+// Copies nbytes of device memory to host memory (page-locked, for the copy to be asynchronous) on the
+// current stream, behind the work already there; returns without waiting.
+void copy_to_host_async(void* host, const void* device_ptr, size_t nbytes);
 
 // A CUDA graph of work enqueued on the current stream: capture() runs `work` on the host once while the
 // stream records its kernels instead of running them; each replay() then enqueues all of them with one

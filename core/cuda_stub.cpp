@@ -24,6 +24,7 @@ size_t max_memory_allocated(int) { return 0; }
 void reset_peak_memory_stats(int) {}
 void* allocate_pinned(size_t) { no_cuda(); }
 void free_pinned(void*) {}
+void copy_to_host_async(void*, const void*, size_t) { no_cuda(); }
 
 struct CudaGraph::State {};
 CudaGraph::CudaGraph() { no_cuda(); }

@@ -61,15 +61,42 @@ void Adam::count_steps_on_device() {
                 "Adam: count_steps_on_device needs every parameter on one CUDA device; '{}' is on {}", name,
                 p.device().str());
   const TensorOptions on_device = TensorOptions{}.with_device(device);
-  device_step_ = from_vector<int64_t>({step_count()}, {1}, on_device.with_dtype(DType::Int64));
+  device_step_ = from_vector<int64_t>({Optimizer::step_count()}, {1}, on_device.with_dtype(DType::Int64));
   device_bias_corrections_ = zeros({2}, on_device.with_dtype(DType::Float32));
+}
+
+bool Adam::reads_gate_on_device() const {
+  for (size_t g = 0; g < param_groups().size(); ++g)
+    if (!applies_grad_scale(g)) return false;
+  return true;
+}
+
+int64_t Adam::step_count() const {
+  if (!device_step_.defined()) return Optimizer::step_count();
+  return static_cast<int64_t>(device_step_.item());
+}
+
+void Adam::on_set_gate() {
+  if (!gate().defined() || !reads_gate_on_device()) return;
+  if (!device_step_.defined()) count_steps_on_device();
+  DPT_CHECK(gate().device() == device_step_.device(), "Adam: the gate is on {}, the parameters on {}",
+            gate().device().str(), device_step_.device().str());
+}
+
+void Adam::on_load_step() {
+  if (device_step_.defined()) device_step_.copy_(from_vector<int64_t>({Optimizer::step_count()}, {1}));
+}
+
+// The gate the kernels read, or null when the host decides (no gate, or one read on the host).
+const double* Adam::device_gate() const {
+  return gate().defined() && reads_gate_on_device() ? gate().data<double>() : nullptr;
 }
 
 void Adam::on_begin_step() {
   if (!device_step_.defined()) return;
 #ifdef DPT_HAVE_CUDA
   cuda::adam_advance_step(device_step_.data<int64_t>(), device_bias_corrections_.data<float>(), options_.beta1,
-                          options_.beta2);
+                          options_.beta2, device_gate());
 #endif
 }
 
@@ -124,8 +151,8 @@ void Adam::update_group(size_t g, int64_t step) {
       adam_cpu(p.data<float>(), grad.data<float>(), m.data<float>(), v.data<float>(), p.numel(), lr, options_.beta1,
                options_.beta2, options_.eps, group.weight_decay, decoupled_, bc1, bc2);
     } else if (p.dtype() == DType::Float64) {
-      adam_cpu(p.data<double>(), grad.data<double>(), m.data<double>(), v.data<double>(), p.numel(), lr,
-               options_.beta1, options_.beta2, options_.eps, group.weight_decay, decoupled_, bc1, bc2);
+      adam_cpu(p.data<double>(), grad.data<double>(), m.data<double>(), v.data<double>(), p.numel(), lr, options_.beta1,
+               options_.beta2, options_.eps, group.weight_decay, decoupled_, bc1, bc2);
     } else {
       DPT_FAIL("Adam: parameter '{}' is {}; update float32 masters instead (MixedPrecision)", name,
                dtype_name(p.dtype()));
@@ -144,6 +171,7 @@ void Adam::update_group(size_t g, int64_t step) {
   if (device_bias_corrections_.defined()) hp.bias_corrections = device_bias_corrections_.data<float>();
   hp.decoupled = decoupled_;
   hp.grad_scale = static_cast<float>(grad_scale());
+  hp.gate = device_gate();
   if (fused_twins) {
     cuda::adam_update_bf16_twins(dp, dg_bf16, dm, dv, dtwin, dn, hp);
   } else {

@@ -24,18 +24,24 @@ class Adam : public Optimizer {
 
   // For steps captured in a CUDA graph (cuda::CudaGraph): the step number and the bias corrections it
   // gives live on the device, advanced by a kernel at each begin_step(), so every replay of a captured
-  // step updates as the next step, not as the captured one. The host's step_count() then counts the
-  // steps the host ran (captures included), not replays. CUDA parameters only; the learning rate is
-  // still the host's, so keep it constant across replays.
+  // step updates as the next step, not as the captured one; step_count() then reads the device's count.
+  // CUDA parameters only; the learning rate is still the host's, so keep it constant across replays. A
+  // gate on the device (set_gate) turns this on: only the device knows whether a step was skipped.
   void count_steps_on_device();
+  bool reads_gate_on_device() const override;  // every parameter on CUDA
+  int64_t step_count() const override;
 
  protected:
   void on_begin_step() override;
+  void on_load_step() override;
+  void on_set_gate() override;
   void update_group(size_t g, int64_t step) override;
   bool fuses_twins(size_t g) const override;
   bool applies_grad_scale(size_t g) const override;  // on CUDA, inside the fused kernels
 
  private:
+  const double* device_gate() const;
+
   AdamOptions options_;
   bool decoupled_;
   Tensor device_step_;              // int64 [1], with count_steps_on_device

@@ -3,6 +3,7 @@
 #include <cmath>
 
 #include "core/error.h"
+#include "core/factory.h"
 #ifdef DPT_HAVE_CUDA
 #include "optim/cuda/fused_kernels.h"
 #endif
@@ -76,7 +77,8 @@ double sum_of_squares(const std::vector<Tensor>& tensors) { return sum_squares(g
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   DPT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
   GradLists lists = gather(params);
-  DPT_CHECK(lists.cuda_bf16.empty(), "clip_grad_norm: bfloat16 gradients are not scaled in place; take grad_norm "
+  DPT_CHECK(lists.cuda_bf16.empty(),
+            "clip_grad_norm: bfloat16 gradients are not scaled in place; take grad_norm "
             "and give the optimizer the factor (Optimizer::set_grad_scale)");
   double norm = std::sqrt(sum_squares(lists));
   const double factor = clip_factor(norm, max_norm);
@@ -96,6 +98,19 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
 #endif
   }
   return norm;
+}
+
+Tensor grad_sum_of_squares(const std::vector<Tensor>& params, Device device) {
+  const TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64).with_device(device);
+  if (!device.is_cuda()) return from_vector<double>({sum_squares(gather(params))}, {1}, f64);
+  GradLists lists = gather(params);
+  DPT_CHECK(lists.cpu.empty(), "grad_sum_of_squares: gradients on the CPU and on {} together", device.str());
+  Tensor out = zeros({1}, f64);
+#ifdef DPT_HAVE_CUDA
+  std::vector<const float*> f32(lists.cuda.begin(), lists.cuda.end());
+  cuda::sum_of_squares_into(f32, lists.cuda_sizes, lists.cuda_bf16, lists.cuda_bf16_sizes, out.data<double>());
+#endif
+  return out;
 }
 
 double clip_factor(double norm, double max_norm) {

@@ -22,5 +22,8 @@ double grad_norm(const std::vector<Tensor>& params);
 // The sum of the squares of the elements of `tensors` themselves (float32; on the CPU also float64), in
 // double precision: the local part of a norm spread over ranks (distributed/zero_optimizer.h).
 double sum_of_squares(const std::vector<Tensor>& tensors);
+// The squared global norm of `params`' gradients as a float64 [1] tensor on `device` (where the gradients
+// are), enqueued without waiting for it: what a step decided on the device reads (optim/step_outcome.h).
+Tensor grad_sum_of_squares(const std::vector<Tensor>& params, Device device);
 
 }  // namespace dpt::optim

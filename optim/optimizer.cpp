@@ -40,8 +40,21 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, std::vector<std:
 }
 
 void Optimizer::step() {
+  if (gate_.defined() && !reads_gate_on_device()) {
+    const std::vector<double> gate = gate_.to_vector<double>();
+    if (gate[0] != 0) return;
+    grad_scale_ = gate[1];
+  }
   begin_step();
   run_updates();
+}
+
+void Optimizer::set_gate(Tensor gate) {
+  DPT_CHECK(!gate.defined() || (gate.numel() == 2 && gate.dtype() == DType::Float64 && gate.is_contiguous()),
+            "optimizer set_gate: expected a contiguous float64 [2] {{skip, scale}}, got {} {}", shape_str(gate.shape()),
+            gate.defined() ? dtype_name(gate.dtype()) : "undefined");
+  gate_ = std::move(gate);
+  on_set_gate();
 }
 
 void Optimizer::begin_step() {
@@ -55,8 +68,10 @@ void Optimizer::update(const std::vector<Tensor>& params) {
   for (const auto& group : groups_) selected_.emplace_back(group.params.size(), 0);
   for (const Tensor& t : params) {
     auto it = index_.find(t.impl());
-    DPT_CHECK(it != index_.end(), "optimizer update: a tensor of shape {} is neither a parameter of this optimizer "
-              "nor a compute twin of one", shape_str(t.shape()));
+    DPT_CHECK(it != index_.end(),
+              "optimizer update: a tensor of shape {} is neither a parameter of this optimizer "
+              "nor a compute twin of one",
+              shape_str(t.shape()));
     selected_[it->second.first][it->second.second] = 1;
   }
   run_updates();
@@ -111,8 +126,8 @@ void Optimizer::set_compute_twins(const NamedTensors& twins) {
       DPT_CHECK(it != by_name.end(), "set_compute_twins: no twin named '{}'", name);
       const Tensor& tw = it->second;
       DPT_CHECK(tw.shape() == p.shape() && tw.device() == p.device() && tw.is_contiguous(),
-                "set_compute_twins: twin '{}' is {} on {}, expected contiguous {} on {}", name,
-                shape_str(tw.shape()), tw.device().str(), shape_str(p.shape()), p.device().str());
+                "set_compute_twins: twin '{}' is {} on {}, expected contiguous {} on {}", name, shape_str(tw.shape()),
+                tw.device().str(), shape_str(p.shape()), p.device().str());
       table.back().push_back(tw);
       by_name.erase(it);
     }
@@ -131,7 +146,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 
 NamedTensors Optimizer::state_dict() const {
   NamedTensors out;
-  out.emplace_back("step", from_vector<int64_t>({step_}, {}, TensorOptions{}.with_dtype(DType::Int64)));
+  out.emplace_back("step", from_vector<int64_t>({step_count()}, {}, TensorOptions{}.with_dtype(DType::Int64)));
   for (size_t g = 0; g < groups_.size(); ++g)
     for (size_t i = 0; i < groups_[g].params.size(); ++i)
       for (size_t s = 0; s < state_names_.size(); ++s)
@@ -164,13 +179,14 @@ void Optimizer::load_state_dict(const NamedTensors& state) {
       }
     }
   }
-  DPT_CHECK(state.size() == copies.size() + 1, "optimizer load_state_dict: {} entries given, expected {}",
-            state.size(), copies.size() + 1);
+  DPT_CHECK(state.size() == copies.size() + 1, "optimizer load_state_dict: {} entries given, expected {}", state.size(),
+            copies.size() + 1);
   for (auto& [dst, src] : copies) {
     Tensor d = dst;
     d.copy_(*src);
   }
   step_ = static_cast<int64_t>(step->item());
+  on_load_step();
 }
 
 }  // namespace dpt::optim

@@ -13,9 +13,9 @@
 namespace dpt::optim {
 
 struct ParamGroup {
-  NamedTensors params;        // names make the optimizer state readable and checkable on load
+  NamedTensors params;  // names make the optimizer state readable and checkable on load
   double weight_decay = 0.0;
-  double lr_scale = 1.0;      // this group's lr = optimizer lr * lr_scale
+  double lr_scale = 1.0;  // this group's lr = optimizer lr * lr_scale
 };
 
 // Two groups in the GPT-2 recipe: tensors of rank >= 2 (matmul weights, embeddings) decay, the rest
@@ -56,7 +56,14 @@ class Optimizer {
   // the product rounds as an in-place scaling of the gradient would.
   void set_grad_scale(double scale) { grad_scale_ = scale; }
   double grad_scale() const { return grad_scale_; }
-  int64_t step_count() const { return step_; }  // updates done so far
+  // A step decided on the device (optim/step_outcome.h): `gate` is float64 [2] = {skip, gradient scale},
+  // read when each step() runs, until cleared with an undefined tensor. A nonzero skip leaves parameters,
+  // state and the step count untouched; otherwise the scale is the step's grad_scale(). Optimizers whose
+  // kernels read it on the device (reads_gate_on_device) never wait for it; the others read it on the host.
+  void set_gate(Tensor gate);
+  virtual bool reads_gate_on_device() const { return false; }
+  // Updates done so far (with the step counted on the device, read from there).
+  virtual int64_t step_count() const { return step_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
 
   // Everything needed to resume: "step" (int64 scalar) and "<state>.<param name>" for each state tensor.
@@ -68,6 +75,10 @@ class Optimizer {
  protected:
   // Called by begin_step() once the host step counter has advanced.
   virtual void on_begin_step() {}
+  // Called by load_state_dict() once the host step counter is the loaded one, and by set_gate().
+  virtual void on_load_step() {}
+  virtual void on_set_gate() {}
+  const Tensor& gate() const { return gate_; }
   // Update group `g` for step number `step` (1-based, as bias correction wants it): every parameter i
   // with selected(g, i) and a gradient.
   virtual void update_group(size_t g, int64_t step) = 0;
@@ -90,11 +101,12 @@ class Optimizer {
   std::vector<ParamGroup> groups_;
   double lr_;
   double grad_scale_ = 1.0;
+  Tensor gate_;
   int64_t step_ = 0;
   std::vector<std::string> state_names_;
-  std::vector<std::vector<Tensor>> twins_;                               // [g][i], or empty
+  std::vector<std::vector<Tensor>> twins_;                                  // [g][i], or empty
   std::unordered_map<const TensorImpl*, std::pair<size_t, size_t>> index_;  // parameter or twin -> (g, i)
-  std::vector<std::vector<char>> selected_;                               // empty: every parameter
+  std::vector<std::vector<char>> selected_;                                 // empty: every parameter
 };
 
 }  // namespace dpt::optim

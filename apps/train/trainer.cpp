@@ -9,12 +9,16 @@
 //   5. the update (or, when non-finite, no update), masters back to the model, gradients zeroed; under
 //      fp16 the loss scale backs off after a skipped step and grows after enough finite ones
 //   6. logging, evaluation and checkpoints at their intervals
-// Under training.cuda_graph, part 2 (one micro-batch) is replayed from a CUDA graph after kEagerSteps
-// eager steps (apps/train/step_graph.h); everything else is the same code.
+// Parts 3 to 5 are decided on the device where they can be (optim/step_outcome.h: the norm, the clip
+// factor, the skip and the agreement stay there, and the update reads them), so the host launches step
+// k + 1 before it reads step k's loss and the device never waits for it. Sharded strategies and fp16 loss
+// scaling decide on the host. Under training.cuda_graph, part 2 (one micro-batch) is replayed from a CUDA
+// graph after kEagerSteps eager steps (apps/train/step_graph.h); everything else is the same code.
 #include "trainer.h"
 
 #include <spdlog/spdlog.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <csignal>
@@ -27,6 +31,7 @@
 #include "core/ops.h"
 #include "layers/gpt.h"
 #include "optim/grad_clip.h"
+#include "optim/step_outcome.h"
 #include "run_settings.h"
 #include "stop_signal.h"
 #include "text_sample.h"
@@ -52,13 +57,10 @@ std::vector<double> Trainer::sum_over_ranks(const std::vector<double>& values) {
   return t.to_vector<double>();
 }
 
-Trainer::StepResult Trainer::train_step(int64_t step) {
-  nn::Module& module = *model_->module();
+Tensor Trainer::forward_backward(int64_t step) {
   const int64_t accum = config_.training.grad_accum;
-  // 1. Learning rate.
-  optimizer().set_lr(schedule_->lr(step));
-  // 2. Micro-batches. The loss of each is kept on the device (no host sync until step 3). Under
-  // training.cuda_graph (one micro-batch), steps after the first kEagerSteps replay a captured one.
+  // The loss of each micro-batch stays on the device. Under training.cuda_graph (one micro-batch), steps
+  // after the first kEagerSteps replay a captured one.
   Tensor loss_sum;
   const bool replay = in_graph(step);
   for (int64_t micro = 0; micro < accum; ++micro) {
@@ -74,8 +76,29 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     mixed_->scale_loss(accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss).backward();
     loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
   }
-  // 3. Masters, norm, clipping (a non-finite norm is returned unclipped). Under fp16 an inf/NaN
-  // gradient (one device flag read) skips the norm: the step will be skipped anyway.
+  return loss_sum;
+}
+
+void Trainer::decide_on_device(const Tensor& loss_sum, HostReadback& readback) {
+  mixed_->grads_to_master();  // float32 copies of 16-bit gradients, unless the update reads them itself
+  std::vector<Tensor> with_grads;
+  for (const auto& [name, t] : mixed_->gradient_params()) with_grads.push_back(t);
+  Tensor outcome =
+      optim::step_outcome(loss_sum, config_.training.grad_accum, optim::grad_sum_of_squares(with_grads, device_),
+                          config_.training.grad_clip, stop_signal() != 0);
+  // Loss, stop and skip summed over ranks, on the device: every rank's update reads the same skip. (Under
+  // DDP the gradients, and so the norm and the clip factor, are the same on every rank already.)
+  if (group_) group_->allreduce(outcome.slice(0, optim::kStepSummed), dist::ReduceOp::Sum)->wait();
+  optimizer_->set_gate(outcome.slice(optim::kStepSkip, optim::kGradScale + 1));
+  optimizer_->step();  // a skip leaves parameters, optimizer state and its step count untouched
+  mixed_->masters_to_model();
+  readback.copy(outcome);
+}
+
+Trainer::StepResult Trainer::decide_on_host(const Tensor& loss_sum) {
+  const int64_t accum = config_.training.grad_accum;
+  // Masters, norm, clipping (a non-finite norm is returned unclipped). Under fp16 an inf/NaN gradient
+  // (one device flag read) skips the norm: the step will be skipped anyway.
   StepResult r;
   r.loss_scale = mixed_->loss_scale();
   // Sharded, the update reads this rank's averaged (bf16 or float32) gradients themselves, and the norm is
@@ -87,17 +110,15 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     r.grad_norm = sharded_->clip_grad_norm(clip);
   } else if (!finite_grads) {
     r.grad_norm = std::numeric_limits<double>::infinity();
-  } else if (clip > 0 && !mixed_->fused()) {
+  } else if (clip > 0) {
     r.grad_norm = optim::clip_grad_norm(with_grads, clip);
   } else {
     std::vector<Tensor> tensors;
     for (const auto& [name, t] : with_grads) tensors.push_back(t);
     r.grad_norm = optim::grad_norm(tensors);
-    // bf16 gradients are clipped as the fused update reads them, in float32.
-    if (mixed_->fused()) optimizer_->set_grad_scale(optim::clip_factor(r.grad_norm, clip));
   }
   const double local_loss = loss_sum.item() / static_cast<double>(accum);
-  // 4. Agreement across ranks. (Under DDP an inf gradient on one rank is inf in every rank's AllReduced
+  // Agreement across ranks. (Under DDP an inf gradient on one rank is inf in every rank's AllReduced
   // gradient already; the agreement makes the skip explicit for any cause.)
   const bool bad = !std::isfinite(local_loss) || !std::isfinite(r.grad_norm);
   std::vector<double> agreed = sum_over_ranks({local_loss, bad ? 1.0 : 0.0, stop_signal() != 0 ? 1.0 : 0.0});
@@ -107,7 +128,7 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
   // A gradient overflow of loss scaling with a finite loss is routine, not a bad step: the scale was too
   // large. Below a scale of 1 the gradients overflow unscaled, which is divergence, not the scale.
   r.overflow = r.skipped && mixed_->loss_scaler() != nullptr && std::isfinite(r.loss) && r.loss_scale >= 1;
-  // 5. Update (a skipped step leaves parameters, optimizer state and its step counter untouched).
+  // The update (a skipped step leaves parameters, optimizer state and its step counter untouched).
   if (!r.skipped && sharded_) {
     sharded_->step();  // the model's parameters are all-gathered: nothing to copy from the masters
   } else if (!r.skipped) {
@@ -115,14 +136,71 @@ Trainer::StepResult Trainer::train_step(int64_t step) {
     mixed_->masters_to_model();
   }
   mixed_->update_scale(r.skipped);
+  return r;
+}
+
+Trainer::LaunchedStep Trainer::launch_step(int64_t step) {
+  LaunchedStep launched;
+  launched.step = step + 1;
+  launched.launched_at = now_seconds();
+  launched.lr = schedule_->lr(step);
+  optimizer().set_lr(launched.lr);
+  const Tensor loss_sum = forward_backward(step);
+  if (decides_on_device()) {
+    launched.readback = readbacks_[static_cast<size_t>(step % 2)].get();
+    decide_on_device(loss_sum, *launched.readback);
+  } else {
+    launched.result = decide_on_host(loss_sum);
+  }
   // (ZeRO's pieces view DDP's gradient buckets, which the module's zero_grad below clears; gathered
   // gradients are overwritten by the next backward.)
   if (!sharded_) optimizer_->zero_grad();
   // When the next step replays (or captures: its graph zeroes them itself), a replayed backward overwrites
   // the gradients; a zero_grad here would make that step's first gradient read zero what the replay
   // wrote (apps/train/step_graph.h).
-  if (!in_graph(step + 1)) module.zero_grad();
-  return r;
+  if (!in_graph(step + 1)) model_->module()->zero_grad();
+  return launched;
+}
+
+bool Trainer::decides_on_device() const { return !sharded_ && mixed_->loss_scaler() == nullptr; }
+
+int Trainer::complete(const LaunchedStep& launched) {
+  StepResult r;
+  if (launched.result) {
+    r = *launched.result;
+  } else {
+    const std::vector<double> v = launched.readback->values();
+    r.loss = v[optim::kStepLoss] / env_.world_size;
+    r.skipped = v[optim::kStepSkip] > 0;
+    r.grad_norm = v[optim::kGradNorm];
+    if (v[optim::kStepStop] > 0) r.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
+  }
+  r.lr = launched.lr;
+  // The step's time: from its launch, or from the previous step's end when the host launched it before
+  // that (steps overlapping), to its end as the host sees it.
+  const double now = now_seconds();
+  const double seconds = now - std::max(launched.launched_at, last_completed_at_);
+  last_completed_at_ = now;
+  const int64_t step = launched.step;
+  log_step(step, r, seconds);
+  if (r.overflow) {
+    if (is_main()) progress_->clear();
+    if (is_main())
+      spdlog::info("step {}: fp16 gradient overflow at loss scale {:g}: update skipped, loss scale now {:g}", step,
+                   r.loss_scale, mixed_->loss_scale());
+  } else if (r.skipped) {
+    ++bad_steps_;
+    if (is_main()) progress_->clear();
+    if (is_main())
+      spdlog::warn("step {}: non-finite {} (loss {}, grad norm {}): update skipped ({} of at most {})", step,
+                   std::isfinite(r.loss) ? "gradient norm" : "loss", r.loss, r.grad_norm, bad_steps_,
+                   config_.training.max_bad_steps);
+    DPT_CHECK(bad_steps_ <= config_.training.max_bad_steps,
+              "stopping: {} non-finite steps exceed training.max_bad_steps ({}). Lower optim.lr, enable "
+              "training.grad_clip, or check the data; the newest checkpoint in {} is untouched",
+              bad_steps_, config_.training.max_bad_steps, config_.checkpoint.dir);
+  }
+  return r.stop_signal;
 }
 
 Trainer::Evaluation Trainer::evaluate() {
@@ -237,7 +315,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
   TrainRecord rec;
   rec.step = step;
   rec.loss = r.loss;
-  rec.lr = optimizer().lr();
+  rec.lr = r.lr;
   rec.grad_norm = r.grad_norm;
   rec.step_ms = step_seconds * 1e3;
   rec.throughput_per_gpu = units / step_seconds;
@@ -318,38 +396,36 @@ int Trainer::run() {
 
   model_->module()->train();
   const bool checkpoints = config_.checkpoint.enabled;
-  for (int64_t step = start_step_; step < total_steps_;) {
-    const double t0 = now_seconds();
-    const StepResult r = train_step(step);
-    ++step;  // steps completed
-    log_step(step, r, now_seconds() - t0);
-    if (r.overflow) {
-      if (is_main()) progress_->clear();
-      if (is_main())
-        spdlog::info("step {}: fp16 gradient overflow at loss scale {:g}: update skipped, loss scale now {:g}", step,
-                     r.loss_scale, mixed_->loss_scale());
-    } else if (r.skipped) {
-      ++bad_steps_;
-      if (is_main()) progress_->clear();
-      if (is_main())
-        spdlog::warn("step {}: non-finite {} (loss {}, grad norm {}): update skipped ({} of at most {})", step,
-                     std::isfinite(r.loss) ? "gradient norm" : "loss", r.loss, r.grad_norm, bad_steps_,
-                     config_.training.max_bad_steps);
-      DPT_CHECK(bad_steps_ <= config_.training.max_bad_steps,
-                "stopping: {} non-finite steps exceed training.max_bad_steps ({}). Lower optim.lr, enable "
-                "training.grad_clip, or check the data; the newest checkpoint in {} is untouched",
-                bad_steps_, config_.training.max_bad_steps, config_.checkpoint.dir);
+  // Each step is launched before the previous one's result is read, so the device always has a step
+  // queued while the host waits. A step after which the host needs its parameters (evaluation, a
+  // checkpoint, the end) or a decision (a step decided on the host) is completed at once.
+  std::optional<LaunchedStep> pending;
+  int stop = 0;
+  int64_t step = start_step_;
+  last_completed_at_ = now_seconds();
+  while (step < total_steps_ && stop == 0) {
+    LaunchedStep launched = launch_step(step);
+    ++step;  // steps launched
+    if (pending) stop = complete(*pending);
+    pending.reset();
+    const bool evaluates = step < total_steps_ && every(step, config_.eval.every);
+    const bool saves = checkpoints && step < total_steps_ && every(step, config_.checkpoint.every);
+    if (stop == 0 && !evaluates && !saves && step < total_steps_ && launched.readback) {
+      pending = std::move(launched);
+      continue;
     }
-    if (r.stop_signal != 0) {
-      const std::string path = checkpoints ? save(step) : "";
-      if (is_main()) {
-        spdlog::warn("stopped by {} after step {}{}", r.stop_signal == SIGINT ? "SIGINT" : "SIGTERM", step,
-                     checkpoints ? "; run the same command again to resume from " + path : "");
-      }
-      return 128 + r.stop_signal;
+    if (const int s = complete(launched); stop == 0) stop = s;
+    if (stop != 0) break;
+    if (evaluates) record_eval(step, evaluate());
+    if (saves) save(step);
+  }
+  if (stop != 0) {
+    const std::string path = checkpoints ? save(step) : "";
+    if (is_main()) {
+      spdlog::warn("stopped by {} after step {}{}", stop == SIGINT ? "SIGINT" : "SIGTERM", step,
+                   checkpoints ? "; run the same command again to resume from " + path : "");
     }
-    if (step < total_steps_ && every(step, config_.eval.every)) record_eval(step, evaluate());
-    if (checkpoints && step < total_steps_ && every(step, config_.checkpoint.every)) save(step);
+    return 128 + stop;
   }
   if (progress_) progress_->finish();
 
@@ -358,8 +434,7 @@ int Trainer::run() {
   record_eval(total_steps_, val);
   if (is_main() && std::isfinite(val.loss)) {
     spdlog::info("validation loss {:.4f}{} after {} steps; best {:.4f} at step {}", val.loss, quality_text(val),
-                 total_steps_, best_val_loss_,
-                 best_val_step_);
+                 total_steps_, best_val_loss_, best_val_step_);
   }
   if (checkpoints) save(total_steps_);
   print_sample();

@@ -3,6 +3,7 @@
 // data-parallel job. Setup resolves the device (the local rank's GPU when there is one, else the CPU),
 // joins the process group when WORLD_SIZE > 1, builds data, model, mixed precision, optimizer, LR
 // schedule and DDP, and resumes from a checkpoint; run() is the numbered training loop.
+#include <array>
 #include <cstdint>
 #include <limits>
 #include <memory>
@@ -11,6 +12,7 @@
 
 #include "config.h"
 #include "core/factory.h"
+#include "core/host_readback.h"
 #include "data/loader.h"
 #include "data_factory.h"
 #include "distributed/ddp.h"
@@ -66,14 +68,35 @@ class Trainer {
 
   // --- the loop's pieces (trainer.cpp) ---
   struct StepResult {
-    double loss = 0;       // mean over micro-batches and ranks
-    double grad_norm = 0;  // before clipping
-    bool skipped = false;  // non-finite: no update
+    double loss = 0;        // mean over micro-batches and ranks
+    double grad_norm = 0;   // before clipping
+    bool skipped = false;   // non-finite: no update
     bool overflow = false;  // skipped for an fp16 gradient overflow (loss scaling backs off; not a bad step)
     double loss_scale = 1;  // the scale this step's backward used (1 without loss scaling)
-    int stop_signal = 0;   // some rank was asked to stop
+    double lr = 0;          // the learning rate it updated with
+    int stop_signal = 0;    // some rank was asked to stop
   };
-  StepResult train_step(int64_t step);
+  // A step enqueued: its result, when the host decided it (sharded strategies, fp16 loss scaling), or
+  // the readback its outcome is on its way to (decided on the device: optim/step_outcome.h).
+  struct LaunchedStep {
+    int64_t step = 0;  // steps completed once it has run
+    double launched_at = 0;
+    double lr = 0;
+    std::optional<StepResult> result;
+    HostReadback* readback = nullptr;
+  };
+  LaunchedStep launch_step(int64_t step);
+  Tensor forward_backward(int64_t step);  // the micro-batches; returns their summed loss, on the device
+  bool decides_on_device() const;
+  void decide_on_device(const Tensor& loss_sum, HostReadback& readback);
+  StepResult decide_on_host(const Tensor& loss_sum);
+  // Reads the step's result (waiting for the device, if it decided) and acts on it: the log line and,
+  // for a skipped step, a warning and the bad-step count (throwing past training.max_bad_steps). Returns
+  // the stop signal the ranks agreed on, or 0.
+  int complete(const LaunchedStep& launched);
+  // Two, for a step's outcome to arrive while the next step's is copied.
+  std::array<std::unique_ptr<HostReadback>, 2> readbacks_;
+  double last_completed_at_ = 0;
   // The mean validation loss over eval.batches (NaN without validation data) and, for classifiers, the
   // fraction of those examples whose largest logit is their label (-1 otherwise); over all ranks.
   struct Evaluation {

@@ -19,6 +19,7 @@
 #include "layers/flops.h"
 #include "layers/gpt.h"
 #include "memory_estimate.h"
+#include "optim/step_outcome.h"
 #include "run_settings.h"
 #include "stop_signal.h"
 #include "trainer.h"
@@ -229,11 +230,11 @@ std::string Trainer::choose_cuda_graph() const {
   if (setting == "false") return "eager (training.cuda_graph false)";
   // auto: whenever a replay can hold the step, DDP's collectives on NCCL included (tested to log the
   // eager run's metrics digit for digit under every strategy).
-  const char* why_not = !device_.is_cuda()                   ? "not on a GPU"
-                        : config_.training.grad_accum > 1     ? "grad_accum > 1"
-                        : compute_ == DType::Float16          ? "fp16's loss scale changes between steps"
+  const char* why_not = !device_.is_cuda()                                  ? "not on a GPU"
+                        : config_.training.grad_accum > 1                   ? "grad_accum > 1"
+                        : compute_ == DType::Float16                        ? "fp16's loss scale changes between steps"
                         : group_ && group_->backend_name(device_) != "nccl" ? "collectives not on NCCL"
-                                                              : nullptr;
+                                                                            : nullptr;
   if (why_not != nullptr) return fmt::format("eager (training.cuda_graph auto: {})", why_not);
   return "replayed from a CUDA graph after two eager steps (training.cuda_graph auto)";
 }
@@ -323,7 +324,7 @@ void Trainer::setup_optimizer() {
     // Under fp16 an inf/NaN gradient on one rank is inf/NaN in every rank's AllReduced gradient, so all
     // ranks find the overflow, skip the step and back the loss scale off together.
     if (config_.distributed.comm_dtype == "bf16" && compute_ == DType::Float32) d.comm_dtype = DType::BFloat16;
-    dp.sharding = !sharded                         ? dist::Sharding::None
+    dp.sharding = !sharded                       ? dist::Sharding::None
                   : exchange_.strategy == "zero" ? dist::Sharding::Zero
                                                  : dist::Sharding::GatheredGrads;
     // Stepped by the trainer (clipping and skipped steps need every gradient before any update).
@@ -353,6 +354,9 @@ void Trainer::setup_optimizer() {
                e.what());
     }
     resume_from_.reset();  // the tensors are copied; free the host memory
+  }
+  if (decides_on_device()) {
+    for (auto& readback : readbacks_) readback = std::make_unique<HostReadback>(device_, optim::kStepOutcomeSize);
   }
   graph_choice_ = choose_cuda_graph();
   if (graph_choice_.rfind("replayed", 0) == 0) {

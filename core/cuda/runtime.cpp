@@ -278,6 +278,10 @@ void* allocate_pinned(size_t nbytes) {
   return ptr;
 }
 
+void copy_to_host_async(void* host, const void* device_ptr, size_t nbytes) {
+  DPT_CUDA_CHECK(cudaMemcpyAsync(host, device_ptr, nbytes, cudaMemcpyDeviceToHost, current_stream()));
+}
+
 void free_pinned(void* ptr) {
   if (!ptr) return;
   cudaError_t status = cudaFreeHost(ptr);

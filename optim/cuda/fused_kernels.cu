@@ -169,6 +169,10 @@ __device__ __forceinline__ void store4(float* x, const float4& value) { *reinter
 // rest, and each tensor's last < 4 elements, go one element at a time through the same adam_element.
 template <class G, bool kTwin, bool kDecoupled>
 __global__ void __launch_bounds__(kThreads) adam_kernel(MultiTensorArgs args, AdamParams hp) {
+  if (hp.gate) {
+    if (hp.gate[0] != 0) return;
+    hp.grad_scale = static_cast<float>(hp.gate[1]);
+  }
   if (hp.bias_corrections) {
     hp.bias_correction1 = hp.bias_corrections[0];
     hp.bias_correction2 = hp.bias_corrections[1];
@@ -313,7 +317,9 @@ void check_sizes(const char* what, size_t n, const std::vector<int64_t>& sizes) 
   DPT_CHECK(n == sizes.size(), "{}: {} pointers for {} sizes", what, n, sizes.size());
 }
 
-__global__ void adam_advance_step_kernel(int64_t* step, float* bias_corrections, double beta1, double beta2) {
+__global__ void adam_advance_step_kernel(int64_t* step, float* bias_corrections, double beta1, double beta2,
+                                         const double* gate) {
+  if (gate && gate[0] != 0) return;
   const int64_t t = ++*step;
   bias_corrections[0] = static_cast<float>(1.0 - pow(beta1, static_cast<double>(t)));
   bias_corrections[1] = static_cast<float>(1.0 - pow(beta2, static_cast<double>(t)));
@@ -321,8 +327,8 @@ __global__ void adam_advance_step_kernel(int64_t* step, float* bias_corrections,
 
 }  // namespace
 
-void adam_advance_step(int64_t* step, float* bias_corrections, double beta1, double beta2) {
-  adam_advance_step_kernel<<<1, 1, 0, dpt::cuda::current_stream()>>>(step, bias_corrections, beta1, beta2);
+void adam_advance_step(int64_t* step, float* bias_corrections, double beta1, double beta2, const double* gate) {
+  adam_advance_step_kernel<<<1, 1, 0, dpt::cuda::current_stream()>>>(step, bias_corrections, beta1, beta2, gate);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 
@@ -349,8 +355,8 @@ void adam_update_bf16_twins(const std::vector<float*>& params, const std::vector
                             const std::vector<void*>& twins_bf16, const std::vector<int64_t>& sizes,
                             const AdamParams& hp) {
   check_sizes("adam_update_bf16_twins", params.size(), sizes);
-  DPT_CHECK(grads_bf16.size() == sizes.size() && exp_avg.size() == sizes.size() &&
-                exp_avg_sq.size() == sizes.size() && twins_bf16.size() == sizes.size(),
+  DPT_CHECK(grads_bf16.size() == sizes.size() && exp_avg.size() == sizes.size() && exp_avg_sq.size() == sizes.size() &&
+                twins_bf16.size() == sizes.size(),
             "adam_update_bf16_twins: lists of different lengths");
   cudaStream_t stream = dpt::cuda::current_stream();
   multi_tensor_apply(5, {as_void(params), as_void(grads_bf16), as_void(exp_avg), as_void(exp_avg_sq), twins_bf16},
@@ -387,40 +393,87 @@ void sgd_update(const std::vector<float*>& params, const std::vector<const float
 
 namespace {
 
+// Enqueues one list's per-block sums of squares into partials[0, its block count).
 template <class T>
-double sum_of_squares_of(const std::vector<const T*>& tensors, const std::vector<int64_t>& sizes) {
-  check_sizes("sum_of_squares", tensors.size(), sizes);
-  const int64_t total_blocks = count_blocks(sizes);
-  if (total_blocks == 0) return 0.0;
-  cudaStream_t stream = dpt::cuda::current_stream();
-  double* partials = nullptr;
-  // Partials plus one slot for the result, stream-ordered so it is freed after the kernels finish.
-  DPT_CUDA_CHECK(cudaMallocAsync(&partials, static_cast<size_t>(total_blocks + 1) * sizeof(double), stream));
+void enqueue_partial_squares(const std::vector<const T*>& tensors, const std::vector<int64_t>& sizes, double* partials,
+                             cudaStream_t stream) {
   const int elem_bytes = static_cast<int>(sizeof(T));
-  multi_tensor_apply(1, {as_void(tensors)}, sizes, {elem_bytes}, [&](const MultiTensorArgs& args, int blocks,
-                                                                     int first_block) {
-    sum_squares_kernel<T><<<blocks, kThreads, 0, stream>>>(args, partials, first_block);
-    DPT_CUDA_CHECK(cudaGetLastError());
-  });
-  reduce_partials_kernel<<<1, kThreads, 0, stream>>>(partials, total_blocks, partials + total_blocks);
-  DPT_CUDA_CHECK(cudaGetLastError());
+  multi_tensor_apply(1, {as_void(tensors)}, sizes, {elem_bytes},
+                     [&](const MultiTensorArgs& args, int blocks, int first_block) {
+                       sum_squares_kernel<T><<<blocks, kThreads, 0, stream>>>(args, partials, first_block);
+                       DPT_CUDA_CHECK(cudaGetLastError());
+                     });
+}
+
+std::vector<const __nv_bfloat16*> as_bf16(const std::vector<const void*>& tensors) {
+  std::vector<const __nv_bfloat16*> typed;
+  for (const void* t : tensors) typed.push_back(static_cast<const __nv_bfloat16*>(t));
+  return typed;
+}
+
+__global__ void step_outcome_kernel(const float* loss_sum, int64_t micro_batches, const double* sum_of_squares,
+                                    double max_norm, double stop, double* out) {
+  const double loss = static_cast<double>(*loss_sum) / static_cast<double>(micro_batches);
+  const double norm = sqrt(*sum_of_squares);
+  const bool finite_norm = isfinite(norm);
+  out[0] = loss;
+  out[1] = stop;
+  out[2] = isfinite(loss) && finite_norm ? 0.0 : 1.0;
+  // optim/grad_clip.cpp clip_factor, the same double arithmetic.
+  out[3] = finite_norm && max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+  out[4] = norm;
+}
+
+// Waits for the stream and returns the sum sum_of_squares_into wrote.
+double sum_of_squares_now(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes,
+                          const std::vector<const void*>& tensors_bf16, const std::vector<int64_t>& sizes_bf16) {
+  cudaStream_t stream = dpt::cuda::current_stream();
+  double* out = nullptr;
+  DPT_CUDA_CHECK(cudaMallocAsync(&out, sizeof(double), stream));
+  sum_of_squares_into(tensors, sizes, tensors_bf16, sizes_bf16, out);
   double result = 0;
-  DPT_CUDA_CHECK(cudaMemcpyAsync(&result, partials + total_blocks, sizeof(double), cudaMemcpyDeviceToHost, stream));
-  DPT_CUDA_CHECK(cudaFreeAsync(partials, stream));
+  DPT_CUDA_CHECK(cudaMemcpyAsync(&result, out, sizeof(double), cudaMemcpyDeviceToHost, stream));
+  DPT_CUDA_CHECK(cudaFreeAsync(out, stream));
   DPT_CUDA_CHECK(cudaStreamSynchronize(stream));
   return result;
 }
 
 }  // namespace
 
+void sum_of_squares_into(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes,
+                         const std::vector<const void*>& tensors_bf16, const std::vector<int64_t>& sizes_bf16,
+                         double* out) {
+  check_sizes("sum_of_squares", tensors.size(), sizes);
+  check_sizes("sum_of_squares", tensors_bf16.size(), sizes_bf16);
+  cudaStream_t stream = dpt::cuda::current_stream();
+  const int64_t f32_blocks = count_blocks(sizes);
+  const int64_t total_blocks = f32_blocks + count_blocks(sizes_bf16);
+  if (total_blocks == 0) {
+    DPT_CUDA_CHECK(cudaMemsetAsync(out, 0, sizeof(double), stream));
+    return;
+  }
+  double* partials = nullptr;  // stream-ordered, so it is freed after the kernels finish
+  DPT_CUDA_CHECK(cudaMallocAsync(&partials, static_cast<size_t>(total_blocks) * sizeof(double), stream));
+  enqueue_partial_squares(tensors, sizes, partials, stream);
+  enqueue_partial_squares(as_bf16(tensors_bf16), sizes_bf16, partials + f32_blocks, stream);
+  reduce_partials_kernel<<<1, kThreads, 0, stream>>>(partials, total_blocks, out);
+  DPT_CUDA_CHECK(cudaGetLastError());
+  DPT_CUDA_CHECK(cudaFreeAsync(partials, stream));
+}
+
 double sum_of_squares(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes) {
-  return sum_of_squares_of(tensors, sizes);
+  return sum_of_squares_now(tensors, sizes, {}, {});
 }
 
 double sum_of_squares_bf16(const std::vector<const void*>& tensors, const std::vector<int64_t>& sizes) {
-  std::vector<const __nv_bfloat16*> typed;
-  for (const void* t : tensors) typed.push_back(static_cast<const __nv_bfloat16*>(t));
-  return sum_of_squares_of(typed, sizes);
+  return sum_of_squares_now({}, {}, tensors, sizes);
+}
+
+void step_outcome(const float* loss_sum, int64_t micro_batches, const double* sum_of_squares, double max_norm,
+                  double stop, double* out) {
+  step_outcome_kernel<<<1, 1, 0, dpt::cuda::current_stream()>>>(loss_sum, micro_batches, sum_of_squares, max_norm, stop,
+                                                                out);
+  DPT_CUDA_CHECK(cudaGetLastError());
 }
 
 void scale(const std::vector<float*>& tensors, const std::vector<int64_t>& sizes, float factor) {

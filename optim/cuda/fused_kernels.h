@@ -15,15 +15,20 @@ namespace dpt::optim::cuda {
 struct AdamParams {
   float lr = 1e-3f, beta1 = 0.9f, beta2 = 0.999f, eps = 1e-8f, weight_decay = 0.f;
   float bias_correction1 = 1.f, bias_correction2 = 1.f;  // 1 - beta^t
-  bool decoupled = false;  // AdamW: p *= 1 - lr * wd; Adam: g += wd * p
+  bool decoupled = false;                                // AdamW: p *= 1 - lr * wd; Adam: g += wd * p
   float grad_scale = 1.f;  // every gradient is read as grad_scale * g (clipping: optim/optimizer.h)
   // Device memory holding {1 - beta1^t, 1 - beta2^t}: when set, the kernels read the corrections there
   // instead of the two fields above, so an update captured in a CUDA graph uses each replay's step.
   const float* bias_corrections = nullptr;
+  // Device memory holding {skip, gradient scale} (a trainer's step gate, optim/optimizer.h set_gate): when
+  // set, a nonzero skip leaves every tensor untouched and the scale replaces grad_scale.
+  const double* gate = nullptr;
 };
 // On the device: step += 1, then bias_corrections = {1 - beta1^step, 1 - beta2^step} (in double, rounded
-// to float, as the host computes them). One thread; the step's first launch.
-void adam_advance_step(int64_t* step, float* bias_corrections, double beta1, double beta2);
+// to float, as the host computes them). One thread; the step's first launch. With a gate ({skip, scale},
+// see AdamParams) whose skip is nonzero, nothing changes: a skipped step is not counted.
+void adam_advance_step(int64_t* step, float* bias_corrections, double beta1, double beta2,
+                       const double* gate = nullptr);
 void adam_update(const std::vector<float*>& params, const std::vector<const float*>& grads,
                  const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
                  const std::vector<int64_t>& sizes, const AdamParams& hp);
@@ -42,13 +47,23 @@ struct SgdParams {
 };
 // `momentum_buffers` is empty when momentum == 0.
 void sgd_update(const std::vector<float*>& params, const std::vector<const float*>& grads,
-                const std::vector<float*>& momentum_buffers, const std::vector<int64_t>& sizes,
-                const SgdParams& hp);
+                const std::vector<float*>& momentum_buffers, const std::vector<int64_t>& sizes, const SgdParams& hp);
 
 // sum over all tensors of sum(x^2), reduced deterministically (fixed block order); waits for the result.
 // bf16 tensors are read as float32 (exactly), so they sum as their float32 copies would.
 double sum_of_squares(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes);
 double sum_of_squares_bf16(const std::vector<const void*>& tensors, const std::vector<int64_t>& sizes);
+// The same sum over float32 and bf16 tensors together, written to device memory `out` (float64) behind the
+// work already on the stream; nothing waits for it.
+void sum_of_squares_into(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes,
+                         const std::vector<const void*>& tensors_bf16, const std::vector<int64_t>& sizes_bf16,
+                         double* out);
+// A training step's outcome from its summed loss and squared gradient norm, in device memory (float64
+// out[5] = {loss, stop, bad, gradient scale, gradient norm}; optim/step_outcome.h): loss = *loss_sum /
+// micro_batches, norm = sqrt(*sum_of_squares), bad = 1 when either is not finite, scale = clip_factor(norm,
+// max_norm). One thread.
+void step_outcome(const float* loss_sum, int64_t micro_batches, const double* sum_of_squares, double max_norm,
+                  double stop, double* out);
 // x *= factor for every tensor.
 void scale(const std::vector<float*>& tensors, const std::vector<int64_t>& sizes, float factor);
 
