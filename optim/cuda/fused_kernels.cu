@@ -253,9 +253,8 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(MultiTensorArgs args, Sgd
 }
 
 // Per-block sum of squares in float32 (tree within the block, fixed order), written to
-// partials[first_block + blockIdx.x]; the partials are then summed in double by one block. Scalar
-// loads: it runs once per step on gradients only (4 bytes per parameter), and a different per-thread
-// order would change the float32 partials.
+// partials[first_block + blockIdx.x]; the partials are then summed in double by one block. Memory-bound
+// (2 bytes per bf16 gradient): aligned tensors are read 4 elements per access, as the updates read them.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
@@ -263,10 +262,16 @@ __global__ void __launch_bounds__(kThreads)
   const ChunkRange c = chunk_of_block(args);
   const T* x = static_cast<const T*>(args.ptrs[0][c.tensor]);
   float acc = 0.f;
-  for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
-    const float xi = static_cast<float>(x[i]);
-    acc += xi * xi;
-  }
+  for_each_element(
+      args, c,
+      [&](int64_t i) {
+        const float4 v = load_grad4(x + i);
+        acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
+      },
+      [&](int64_t i) {
+        const float xi = static_cast<float>(x[i]);
+        acc += xi * xi;
+      });
   shared[threadIdx.x] = acc;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
