@@ -4,11 +4,12 @@
 # prints the ratio table last. Build first (scripts/gpu-test.sh builds into build-gpu/).
 #
 # PyTorch runs at its best: every workload in each mode (eager, torch.compile, and torch.compile with
-# CUDA graphs: mode reduce-overhead) in a fresh process of its own, and every ratio is against the
-# fastest of them as well as against each.
+# CUDA graphs: mode reduce-overhead) and each bf16 scheme (torch.autocast, and --bf16 pure: a bf16 model
+# with float32 masters, the arithmetic dptrain does) in a fresh process of its own, and every ratio is
+# against the fastest of them as well as against each.
 #
 #   scripts/gpu-bench.sh                                   # tiny_gpt mlp_92m gpt2_124m
-#   DPT_BENCH_MODES="eager" scripts/gpu-bench.sh           # PyTorch eager only (quick)
+#   DPT_BENCH_MODES="eager" DPT_BENCH_BF16=autocast scripts/gpu-bench.sh   # PyTorch eager autocast only (quick)
 #   DPT_BENCH_WORKLOADS="tiny_gpt" DPT_BENCH_STEPS=50 scripts/gpu-bench.sh
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -16,6 +17,7 @@ bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"
 out="${OUT:-${DPT_BUILD_DIR:-$root/build-gpu}}/bench.jsonl"
 workloads="${DPT_BENCH_WORKLOADS:-tiny_gpt mlp_92m gpt2_124m}"
 modes="${DPT_BENCH_MODES:-eager compile reduce-overhead}"
+schemes="${DPT_BENCH_BF16:-autocast pure}"
 steps="${DPT_BENCH_STEPS:-20}"
 # NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
 source "$root/scripts/gpu-env.sh"
@@ -33,8 +35,11 @@ for w in $workloads; do
       compile) mode_args=(--compile) ;;
       *) mode_args=(--compile --compile-mode "$mode") ;;
     esac
-    PYTHONUNBUFFERED=1 timeout 900 python3 "$root/bench/pytorch_reference.py" --workload "$w" --steps "$steps" \
-      --warmup 3 "${mode_args[@]}" | grep '^{' >>"$out" || echo "PyTorch $mode on $w: no result"
+    for scheme in $schemes; do
+      PYTHONUNBUFFERED=1 timeout 900 python3 "$root/bench/pytorch_reference.py" --workload "$w" --steps "$steps" \
+        --warmup 3 --bf16 "$scheme" "${mode_args[@]}" | grep '^{' >>"$out" ||
+        echo "PyTorch $mode ($scheme bf16) on $w: no result"
+    done
   done
 done
 
