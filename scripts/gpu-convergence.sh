@@ -109,6 +109,28 @@ def fmt(v):
 
 
 rows = list(csv.reader(open(manifest), delimiter="\t")) if os.path.exists(manifest) else []
+def compact(kinds):
+    """'cpu,units:1,units:2,units:3' -> 'cpu,units:1-3': three or more consecutive seeds of a kind as a range."""
+    out, run = [], []
+
+    def flush():
+        out.extend([f"{run[0][0]}:{run[0][1]}-{run[-1][1]}"] if len(run) >= 3 else [f"{k}:{n}" for k, n in run])
+        run.clear()
+
+    for kind in kinds.split(","):
+        name, _, seed = kind.partition(":")
+        if not seed.isdigit():
+            flush()
+            out.append(kind)
+        elif run and run[-1][0] == name and run[-1][1] + 1 == int(seed):
+            run.append((name, int(seed)))
+        else:
+            flush()
+            run.append((name, int(seed)))
+    flush()
+    return ",".join(out)
+
+
 table, failures, notes = [], [], []
 ok = True
 all_csv = open(os.path.join(out, "convergence.csv"), "w", newline="")
@@ -117,7 +139,7 @@ header = ["step", "dptrain_loss", "pytorch_loss", "floor_loss", "gap", "floor", 
 all_writer.writerow(["combination"] + header)
 all_steps = set()
 for tag, w, p, n, b, steps, floor_kind, status, note in rows:
-    key = [w, p, n, b, floor_kind]
+    key = [w, p, n, b, compact(floor_kind)]
     steps = int(steps)
     all_steps.add(steps)
     if status == "interrupted":  # it should have run

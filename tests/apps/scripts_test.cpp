@@ -94,8 +94,8 @@ void write_losses(const ScratchDir& dir, const std::string& tag, const std::vect
   std::ofstream torch(dir.file("convergence/" + tag + ".pytorch.jsonl"));
   torch << "{\"system\": \"pytorch-eager\", \"role\": \"reference\", \"losses\": " << list(reference) << "}\n";
   for (size_t i = 0; i < floors.size(); ++i)
-    torch << "{\"system\": \"pytorch-eager-floor" << i << "\", \"role\": \"floor-" << i << "\", \"losses\": "
-          << list(floors[i]) << "}\n";
+    torch << "{\"system\": \"pytorch-eager-floor" << i << "\", \"role\": \"floor-" << i
+          << "\", \"losses\": " << list(floors[i]) << "}\n";
 }
 
 std::vector<double> scaled(const std::vector<double>& v, double by, int only_step = -1) {
@@ -157,7 +157,7 @@ TEST(GpuConvergenceTable, TheFloorIsTheFarthestOfSeveralPyTorchRunsAtEachStep) {
   ScratchDir dir("convergence_floors");
   fs::create_directories(dir.file("convergence"));
   const std::vector<double> ref = {10, 9, 8, 7, 6};
-  const std::vector<double> near = scaled(ref, 1 + 1e-5);     // 1e-5 from the reference at every step
+  const std::vector<double> near = scaled(ref, 1 + 1e-5);       // 1e-5 from the reference at every step
   const std::vector<double> strays = scaled(ref, 1 + 3e-4, 3);  // 3e-4 at step 3 only
   const std::vector<double> ours = scaled(ref, 1 + 5e-4, 3);    // 5e-4 at step 3: over 2 x 1e-5, within 2 x 3e-4
   const std::string script = quote(kSource + "/scripts/gpu-convergence.sh") + " --table-only";
@@ -176,16 +176,31 @@ TEST(GpuConvergenceTable, TheFloorIsTheFarthestOfSeveralPyTorchRunsAtEachStep) {
   std::vector<std::string> lines;
   for (std::string line; std::getline(csv, line);) lines.push_back(line);
   ASSERT_EQ(lines.size(), 6u);
-  EXPECT_EQ(lines[4].substr(0, 7), "3,7.003") << lines[4];  // step 3, dptrain 7 x (1 + 5e-4)
+  EXPECT_EQ(lines[4].substr(0, 7), "3,7.003") << lines[4];            // step 3, dptrain 7 x (1 + 5e-4)
   EXPECT_NE(lines[4].find(",7.002"), std::string::npos) << lines[4];  // the floor loss: 7 x (1 + 3e-4)
+}
+
+// The table names a long list of floor runs briefly: consecutive seeds of one kind as a range.
+TEST(GpuConvergenceTable, ConsecutiveFloorSeedsAreShownAsARange) {
+  if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
+  ScratchDir dir("convergence_range");
+  fs::create_directories(dir.file("convergence"));
+  const std::vector<double> ref = {10, 9, 8};
+  std::ofstream(dir.file("convergence/combinations.tsv"))
+      << "many\tmlp_92m\tfp32\t1\trepeat\t3\tcpu,order:1,order:2,units:1,units:2,units:3,units:4,units:6\trun\t\n";
+  write_losses(dir, "many", ref, ref, std::vector<std::vector<double>>(7, scaled(ref, 1 + 1e-4)));
+  RunResult r = run_shell("OUT=" + quote(dir.path().string()) + " " + quote(kSource + "/scripts/gpu-convergence.sh") +
+                          " --table-only");
+  EXPECT_EQ(r.exit_code, 0) << r.output;
+  EXPECT_NE(r.output.find(" cpu,order:1,order:2,units:1-4,units:6 "), std::string::npos) << r.output;
 }
 
 // Floor kinds are checked before anything runs: a units floor names an MLP's units, so a GPT is refused,
 // and a kind outside the list is named.
 TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
   const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
-  RunResult gpt = run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,units:1 " +
-                            script);
+  RunResult gpt =
+      run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,units:1 " + script);
   EXPECT_EQ(gpt.exit_code, 2) << gpt.output;
   EXPECT_NE(gpt.output.find("the units floor permutes an MLP's units, not tiny_gpt's"), std::string::npos)
       << gpt.output;
@@ -265,8 +280,7 @@ TEST(Docs, NameOnlyFilesThatExistAndLinkNothingOutsideTheRepository) {
     for (auto it = std::sregex_iterator(text.begin(), text.end(), path); it != std::sregex_iterator(); ++it) {
       const std::string name = it->str();
       if (name.find('*') != std::string::npos) continue;
-      EXPECT_TRUE(fs::exists(kSource + "/" + name))
-          << page.filename() << " names a missing file: " << name;
+      EXPECT_TRUE(fs::exists(kSource + "/" + name)) << page.filename() << " names a missing file: " << name;
     }
   }
 }
