@@ -105,7 +105,7 @@ Tensor grad_sum_of_squares(const std::vector<Tensor>& params, Device device) {
   if (!device.is_cuda()) return from_vector<double>({sum_squares(gather(params))}, {1}, f64);
   GradLists lists = gather(params);
   DPT_CHECK(lists.cpu.empty(), "grad_sum_of_squares: gradients on the CPU and on {} together", device.str());
-  Tensor out = zeros({1}, f64);
+  Tensor out = Tensor::empty({1}, f64);  // sum_of_squares_into writes it, whatever the gradients
 #ifdef DPT_HAVE_CUDA
   std::vector<const float*> f32(lists.cuda.begin(), lists.cuda.end());
   cuda::sum_of_squares_into(f32, lists.cuda_sizes, lists.cuda_bf16, lists.cuda_bf16_sizes, out.data<double>());

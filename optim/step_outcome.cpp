@@ -21,7 +21,7 @@ Tensor step_outcome(const Tensor& loss_sum, int64_t micro_batches, const Tensor&
   const Tensor loss = loss_sum.to(device).to(DType::Float32).contiguous();
   const TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64).with_device(device);
   if (device.is_cuda()) {
-    Tensor out = zeros({kStepOutcomeSize}, f64);
+    Tensor out = Tensor::empty({kStepOutcomeSize}, f64);  // the kernel writes every entry
 #ifdef DPT_HAVE_CUDA
     cuda::step_outcome(loss.data<float>(), micro_batches, grad_sum_of_squares.data<double>(), max_norm, stop ? 1 : 0,
                        out.data<double>());
