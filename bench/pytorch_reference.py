@@ -21,7 +21,7 @@ residual stream, LayerNorm's input and the embeddings in float32, which is other
 --batches repeat (the default) trains every step on one batch; random draws a fresh batch for each step.
 
 Parameter names are dptrain's (wte.weight, blocks.0.attn.qkv.weight, ..., and 0.weight, 2.weight, ... for
-the MLP), so `--start FILE` can take the initial weights and the batches from a safetensors file written
+the MLP), so `--start-file FILE` can take the initial weights and the batches from a safetensors file written
 by `dpt-bench train --save-start FILE` ("__x.RANK.I", "__y.RANK.I": rank RANK's batch for step I, warm-up
 included), and `--losses` adds every step's loss: scripts/gpu-convergence.sh compares the loss curves
 from the same start.
@@ -491,7 +491,8 @@ def main():
     ap.add_argument("--batches", default="repeat", choices=["repeat", "random"],
                     help="one batch for every step, or a fresh one each step (warm-up included)")
     ap.add_argument("--peak-tflops", type=float, default=989.0, help="bf16 dense peak for MFU (H100 SXM: 989)")
-    ap.add_argument("--start", metavar="FILE",
+    # Not "--start": torchrun reads its script's arguments too and takes that as its own --start-method.
+    ap.add_argument("--start-file", dest="start", metavar="FILE",
                     help="initial parameters and batches from `dpt-bench train --save-start FILE` (one --workload)")
     ap.add_argument("--losses", action="store_true", help="add every step's loss, warm-up included, as \"losses\"")
     ap.add_argument("--floor", type=floor_kinds, default=[],
@@ -499,7 +500,7 @@ def main():
                          "changed (see the top)")
     args = ap.parse_args()
     if args.start and len(args.workload or []) + len(args.config) != 1:
-        ap.error("--start needs exactly one --workload or --config (the one the file was written for)")
+        ap.error("--start-file needs exactly one --workload or --config (the one the file was written for)")
     if args.steps <= 0 or args.warmup < 0:
         ap.error("--steps must be > 0 and --warmup >= 0")
     if "cpu" in args.floor and args.precision == "bf16":

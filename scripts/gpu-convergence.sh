@@ -3,7 +3,7 @@
 #
 # For each workload x precision x GPU count x batch mode, `dpt-bench train --save-start FILE --losses`
 # writes the initial parameters and every batch it trains on (each rank's, each step's) and prints every
-# step's loss; `bench/pytorch_reference.py --start FILE --losses --floor KINDS` trains from exactly those
+# step's loss; `bench/pytorch_reference.py --start-file FILE --losses --floor KINDS` trains from exactly those
 # (the reference) and then once more for each floor kind with only that changed (the floor runs). Two
 # GPUs: dpt-bench under dpt-run against PyTorch DDP under torchrun, 2 processes each, rank 0's loss on
 # both sides. bf16 references compute as dptrain does (`--bf16 pure`: bf16 parameters and activations,
@@ -296,7 +296,7 @@ run_combination() {  # run_combination TAG WORKLOAD PRECISION GPUS BATCHES FLOOR
   local dpt=("$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup 0 --precision "$p" --batches "$b"
     --save-start "$start" --losses)
   local ref=("$root/bench/pytorch_reference.py" --workload "$w" --steps "$steps" --warmup 0 --precision "$p"
-    --batches "$b" --start "$start" --losses --floor "$floor" --bf16 pure)
+    --batches "$b" --start-file "$start" --losses --floor "$floor" --bf16 pure)
   if ((n > 1)); then dpt=("$bin/dpt-run" --standalone --nproc-per-node "$n" -- "${dpt[@]}"); fi
   timeout 900 "${dpt[@]}" >"$out/$tag.dptrain.log" 2>&1
   local dpt_status=$?

@@ -189,7 +189,7 @@ int run_train_bench(const Args& args) {
   const double units_per_step = static_cast<double>(w.gpt ? w.batch * w.gpt_config.block_size : w.batch);
 
   // 3. --save-start: the starting point, before mixed precision or any step changes it, for
-  // bench/pytorch_reference.py --start: every parameter in float32 under its dptrain name, and every
+  // bench/pytorch_reference.py --start-file: every parameter in float32 under its dptrain name, and every
   // rank's batches as "__x.RANK.I" (token ids in int64, or MLP inputs in float32: exact for bf16 ones) and
   // "__y.RANK.I" (int64), I counting steps from the first warm-up step; the metadata says how many.
   if (!args.save_start.empty() && env.rank == 0) {

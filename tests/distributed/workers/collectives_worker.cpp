@@ -5,6 +5,7 @@
 //
 // Inputs are small integers, so every sum, average, maximum and minimum is exact in every dtype
 // (bfloat16 included) whatever order the backend reduces in: results are compared exactly.
+#include <chrono>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -420,10 +421,15 @@ int run(std::string scenario) {
       std::fflush(stdout);
       ::_exit(0);
     }
+    const auto failing_since = std::chrono::steady_clock::now();
     try {
       pg->allreduce(t)->synchronize();  // host wait: on CUDA, wait() alone only orders streams
     } catch (const std::exception& e) {
       std::printf("expected error: %s\n", e.what());
+      // How long the failure took to surface, apart from process and communicator start-up, which a
+      // loaded machine stretches: what the tests bound.
+      std::printf("failed after %.3f s\n",
+                  std::chrono::duration<double>(std::chrono::steady_clock::now() - failing_since).count());
       std::fflush(stdout);
       if (scenario == "peer_stalls" && env.rank == 0) pg->store()->set("release", "1");
       bool names_op = std::strstr(e.what(), "allreduce #2") != nullptr;
