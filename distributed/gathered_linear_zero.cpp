@@ -9,6 +9,7 @@
 #include "core/linear_grad_provider.h"
 #include "distributed/shard_pieces.h"
 #include "layers/linear.h"
+#include "optim/grad_clip.h"
 #include "core/device_stream.h"
 
 namespace dpt::dist {
@@ -257,24 +258,22 @@ void GatheredLinearZero::finish_backward() {
               layer.name);
 }
 
-double GatheredLinearZero::clip_grad_norm(double max_norm) {
+Tensor GatheredLinearZero::grad_sum_of_squares() {
   DPT_CHECK(when_ == UpdateTiming::OnStep,
-            "GatheredLinearZero::clip_grad_norm: only when the update runs on step() (UpdateTiming::OnStep)");
-  // Weight rows are disjoint across ranks; every rank holds the same whole bias gradients, counted on rank 0.
-  std::vector<Tensor> counted, scaled;
+            "GatheredLinearZero::grad_sum_of_squares: only when the update runs on step() (UpdateTiming::OnStep)");
+  NoGradGuard no_grad;
+  std::vector<Tensor> counted;
   for (const Layer& layer : layers_) {
     counted.push_back(layer.grad_w);
-    scaled.push_back(layer.grad_w);
-    if (!layer.bias.defined()) continue;
-    if (group_->rank() == 0) counted.push_back(layer.grad_b);
-    scaled.push_back(layer.grad_b);
+    if (layer.bias.defined() && group_->rank() == 0) counted.push_back(layer.grad_b);
   }
-  return clip_spread_grad_norm(*group_, counted, scaled, max_norm);
+  return optim::sum_of_squares(counted, layers_.front().weight.device());
 }
 
 void GatheredLinearZero::step() {
   DPT_CHECK(when_ == UpdateTiming::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
   NoGradGuard no_grad;
+  if (!inner_->take_gate()) return;  // every rank reads the same gate: none updates or gathers
   inner_->begin_step();
   for (Layer& layer : layers_) update_and_gather(layer);
   // CUDA: the current stream waits; Gloo: the host does.

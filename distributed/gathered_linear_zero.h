@@ -27,7 +27,8 @@
 // UpdateTiming::WhenReduced (update_timing.h; the default) updates as described above. UpdateTiming::OnStep
 // leaves the update to step(), as ZeroOptimizer's mode of that name does: backward forms the
 // gradients of this rank's rows (dW_l, db_l on the update stream) and stops there, and the trainer then
-// clips (clip_grad_norm), skips or steps. step() updates every layer's pieces and all-gathers the weights.
+// decides the step (grad_sum_of_squares, the inner optimizer's gate). step() updates every layer's pieces
+// and all-gathers the weights.
 //
 // Each weight element is updated by exactly one rank, each bias element by every rank alike, from the
 // averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums.
@@ -74,9 +75,9 @@ class GatheredLinearZero : public ShardedOptimizer {
   optim::Optimizer& optimizer() override { return *inner_; }
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
 
-  // OnStep only (distributed/sharded_optimizer.h): the norm sums every rank's weight rows and the biases
-  // once.
-  double clip_grad_norm(double max_norm) override;
+  // OnStep only (distributed/sharded_optimizer.h): every rank's weight rows, and the biases (whole on
+  // every rank) counted on rank 0.
+  Tensor grad_sum_of_squares() override;
   void step() override;
 
   // Any mode (distributed/sharded_optimizer.h).

@@ -1,37 +1,15 @@
 #include "distributed/shard_pieces.h"
 
 #include <algorithm>
-#include <cmath>
 
 #include "core/autograd.h"
 #include "core/error.h"
 #include "core/factory.h"
-#include "core/kernels.h"
-#include "optim/grad_clip.h"
 
 namespace dpt::dist {
 
 Tensor flat_range(const Tensor& t, int64_t begin, int64_t end) {
   return make_view(t, {end - begin}, {1}, t.impl()->offset + begin);
-}
-
-double clip_spread_grad_norm(ProcessGroup& group, const std::vector<Tensor>& counted,
-                             const std::vector<Tensor>& scaled, double max_norm) {
-  NoGradGuard no_grad;
-  std::vector<Tensor> share;
-  for (const Tensor& g : counted) share.push_back(g.to(DType::Float32));
-  // The squared norm is the sum over ranks of each share's sum of squares.
-  const Device device = !counted.empty() ? counted.front().device()
-                        : !scaled.empty() ? scaled.front().device()
-                                          : Device::cpu();
-  Tensor total = from_vector<double>({optim::sum_of_squares(share)}, {1},
-                                     TensorOptions{}.with_dtype(DType::Float64).with_device(device));
-  group.allreduce(total, ReduceOp::Sum)->wait();
-  const double norm = std::sqrt(total.item());
-  const double factor = optim::clip_factor(norm, max_norm);
-  if (factor == 1.0) return norm;
-  for (const Tensor& g : scaled) kernels::unary(kernels::UnaryOp::Scale, g, g, factor);
-  return norm;
 }
 
 ShardPieces::ShardPieces(std::string owner, const std::vector<optim::ParamGroup>& groups) : owner_(std::move(owner)) {

@@ -26,13 +26,6 @@ namespace dpt::dist {
 // A 1-D view of elements [begin, end) of contiguous `t`, outside autograd.
 Tensor flat_range(const Tensor& t, int64_t begin, int64_t end);
 
-// Gradient-norm clipping when the averaged gradients are spread over the ranks (collective). `counted`:
-// this rank's share, each element of the global gradient in exactly one rank's list; `scaled`: every
-// gradient this rank keeps. Returns the global norm; above max_norm (> 0) `scaled` is multiplied by
-// max_norm / (norm + 1e-6) as optim::clip_grad_norm does; a non-finite norm scales nothing.
-double clip_spread_grad_norm(ProcessGroup& group, const std::vector<Tensor>& counted,
-                             const std::vector<Tensor>& scaled, double max_norm);
-
 class ShardPieces {
  public:
   // Builds the inner optimizer over the pieces, e.g.

@@ -13,12 +13,14 @@ class ShardedOptimizer {
 
   // The inner optimizer over this rank's pieces: learning rate, this rank's state.
   virtual optim::Optimizer& optimizer() = 0;
-  // After backward, on every rank: the global norm of the averaged gradients (every rank's share
-  // counted once); above max_norm (> 0) they are scaled by max_norm / (norm + 1e-6) as
-  // optim::clip_grad_norm does. A non-finite norm is returned and nothing is scaled.
-  virtual double clip_grad_norm(double max_norm) = 0;
-  // On every rank: the update of this rank's pieces and the all-gathers; on return (CUDA: on the compute
-  // stream) the parameters hold the step's values.
+  // After backward: this rank's share of the squared norm of the averaged gradients (each element counted
+  // on exactly one rank), float64 [1] where the gradients are, enqueued without waiting. Summed over the
+  // ranks it is what optim::grad_sum_of_squares gives one process; clipping and skipping go through the
+  // inner optimizer's gate (optim::Optimizer::set_gate, optim/step_outcome.h).
+  virtual Tensor grad_sum_of_squares() = 0;
+  // On every rank, under the inner optimizer's gate: the update of this rank's pieces and the all-gathers;
+  // on return (CUDA: on the compute stream) the parameters hold the step's values. A gate read on the host
+  // that skips the step leaves everything as it was.
   virtual void step() = 0;
 
   // Collective: the targets (float32 masters) whole on every rank.

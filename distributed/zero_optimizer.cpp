@@ -5,6 +5,7 @@
 #include "core/autograd.h"
 #include "core/error.h"
 #include "distributed/updating_exchange.h"
+#include "optim/grad_clip.h"
 
 namespace dpt::dist {
 
@@ -82,15 +83,16 @@ void ZeroOptimizer::on_bucket_reduced(size_t b) {
   }
 }
 
-double ZeroOptimizer::clip_grad_norm(double max_norm) {
+Tensor ZeroOptimizer::grad_sum_of_squares() {
   DPT_CHECK(when_ == UpdateTiming::OnStep,
-            "ZeroOptimizer::clip_grad_norm: only when the update runs on step() (UpdateTiming::OnStep)");
-  // The ranks' blocks are disjoint and together hold every averaged gradient.
-  return clip_spread_grad_norm(*ddp_.process_group(), grad_blocks_, grad_blocks_, max_norm);
+            "ZeroOptimizer::grad_sum_of_squares: only when the update runs on step() (UpdateTiming::OnStep)");
+  NoGradGuard no_grad;
+  return optim::sum_of_squares(grad_blocks_, ddp_.parameters().front().second.device());
 }
 
 void ZeroOptimizer::step() {
   DPT_CHECK(when_ == UpdateTiming::OnStep, "ZeroOptimizer::step: the update already runs inside backward");
+  if (!inner_->take_gate()) return;  // every rank reads the same gate: none updates or gathers
   for (size_t b = 0; b < ddp_.num_buckets(); ++b) on_bucket_reduced(b);
 }
 

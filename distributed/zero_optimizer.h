@@ -26,8 +26,8 @@
 //     param stream:                      AG 0 ....... AG 1 ....... AG 2
 //   Safe for the same reason as optim::step_in_backward: a bucket launches only once backward has queued
 //   every kernel that reads its parameters.
-//  OnStep: backward only reduce-scatters; step() updates and all-gathers, after clip_grad_norm() if
-//   wanted, like a plain optimizer's step (what a trainer with clipping and skipped steps needs).
+//  OnStep: backward only reduce-scatters; step() updates and all-gathers under the inner optimizer's
+//   gate, like a plain optimizer's step (what a trainer with clipping and skipped steps needs).
 // In the first two, loss.backward() is the whole step and there is no gradient-norm clipping (it needs
 // every gradient before any update).
 // With DDPOptions::copy_engines the reduce-scatters and all-gathers go through the exchange's copy-engine
@@ -77,8 +77,9 @@ class ZeroOptimizer : public ShardedOptimizer {
   optim::Optimizer& optimizer() override { return *inner_; }      // learning rate, state dict of this rank's shard
   int64_t sharded_elements() const { return sharded_elements_; }  // parameter elements this rank updates
 
-  // OnStep only (distributed/sharded_optimizer.h): the norm sums every rank's blocks.
-  double clip_grad_norm(double max_norm) override;
+  // OnStep only (distributed/sharded_optimizer.h): the ranks' blocks are disjoint and together hold every
+  // averaged gradient.
+  Tensor grad_sum_of_squares() override;
   void step() override;
 
   // Any mode (distributed/sharded_optimizer.h).

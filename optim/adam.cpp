@@ -66,9 +66,13 @@ void Adam::count_steps_on_device() {
 }
 
 bool Adam::reads_gate_on_device() const {
-  for (size_t g = 0; g < param_groups().size(); ++g)
+  // A ZeRO shard may hold no pieces at all on this rank: its gate is then read on the host.
+  bool any = false;
+  for (size_t g = 0; g < param_groups().size(); ++g) {
     if (!applies_grad_scale(g)) return false;
-  return true;
+    any = any || !param_groups()[g].params.empty();
+  }
+  return any;
 }
 
 int64_t Adam::step_count() const {

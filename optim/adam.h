@@ -28,7 +28,7 @@ class Adam : public Optimizer {
   // CUDA parameters only; the learning rate is still the host's, so keep it constant across replays. A
   // gate on the device (set_gate) turns this on: only the device knows whether a step was skipped.
   void count_steps_on_device();
-  bool reads_gate_on_device() const override;  // every parameter on CUDA
+  bool reads_gate_on_device() const override;  // every parameter on CUDA, and at least one
   int64_t step_count() const override;
 
  protected:

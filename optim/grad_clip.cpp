@@ -72,7 +72,6 @@ double sum_squares(const GradLists& lists) {
 
 double grad_norm(const std::vector<Tensor>& params) { return std::sqrt(sum_squares(gather(params))); }
 
-double sum_of_squares(const std::vector<Tensor>& tensors) { return sum_squares(gather(tensors, false)); }
 
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   DPT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
@@ -100,17 +99,32 @@ double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   return norm;
 }
 
-Tensor grad_sum_of_squares(const std::vector<Tensor>& params, Device device) {
+namespace {
+
+Tensor sum_of_squares_on(const GradLists& lists, Device device) {
   const TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64).with_device(device);
-  if (!device.is_cuda()) return from_vector<double>({sum_squares(gather(params))}, {1}, f64);
-  GradLists lists = gather(params);
-  DPT_CHECK(lists.cpu.empty(), "grad_sum_of_squares: gradients on the CPU and on {} together", device.str());
+  if (!device.is_cuda()) return from_vector<double>({sum_squares(lists)}, {1}, f64);
+  DPT_CHECK(lists.cpu.empty(), "sum of squares: tensors on the CPU and on {} together", device.str());
   Tensor out = Tensor::empty({1}, f64);  // sum_of_squares_into writes it, whatever the gradients
 #ifdef DPT_HAVE_CUDA
   std::vector<const float*> f32(lists.cuda.begin(), lists.cuda.end());
   cuda::sum_of_squares_into(f32, lists.cuda_sizes, lists.cuda_bf16, lists.cuda_bf16_sizes, out.data<double>());
 #endif
   return out;
+}
+
+}  // namespace
+
+Tensor grad_sum_of_squares(const std::vector<Tensor>& params, Device device) {
+  return sum_of_squares_on(gather(params), device);
+}
+
+Tensor sum_of_squares(const std::vector<Tensor>& tensors, Device device) {
+  // On the CPU bf16 (a sharded bf16 run there) is read through float32 copies, which are exact.
+  std::vector<Tensor> readable;
+  for (const Tensor& t : tensors)
+    readable.push_back(!t.device().is_cuda() && t.dtype() == DType::BFloat16 ? t.to(DType::Float32) : t);
+  return sum_of_squares_on(gather(readable, false), device);
 }
 
 double clip_factor(double norm, double max_norm) {

@@ -19,11 +19,11 @@ double clip_factor(double norm, double max_norm);
 double clip_grad_norm(const NamedTensors& params, double max_norm);
 // The global norm alone (no clipping).
 double grad_norm(const std::vector<Tensor>& params);
-// The sum of the squares of the elements of `tensors` themselves (float32; on the CPU also float64), in
-// double precision: the local part of a norm spread over ranks (distributed/zero_optimizer.h).
-double sum_of_squares(const std::vector<Tensor>& tensors);
 // The squared global norm of `params`' gradients as a float64 [1] tensor on `device` (where the gradients
 // are), enqueued without waiting for it: what a step decided on the device reads (optim/step_outcome.h).
 Tensor grad_sum_of_squares(const std::vector<Tensor>& params, Device device);
+// The same of the elements of `tensors` themselves (float32 or bfloat16; on the CPU also float64): a rank's
+// share of a norm spread over ranks (distributed/sharded_optimizer.h).
+Tensor sum_of_squares(const std::vector<Tensor>& tensors, Device device);
 
 }  // namespace dpt::optim

@@ -40,13 +40,17 @@ Optimizer::Optimizer(std::vector<ParamGroup> groups, double lr, std::vector<std:
 }
 
 void Optimizer::step() {
-  if (gate_.defined() && !reads_gate_on_device()) {
-    const std::vector<double> gate = gate_.to_vector<double>();
-    if (gate[0] != 0) return;
-    grad_scale_ = gate[1];
-  }
+  if (!take_gate()) return;
   begin_step();
   run_updates();
+}
+
+bool Optimizer::take_gate() {
+  if (!gate_.defined() || reads_gate_on_device()) return true;
+  const std::vector<double> gate = gate_.to_vector<double>();
+  if (gate[0] != 0) return false;
+  grad_scale_ = gate[1];
+  return true;
 }
 
 void Optimizer::set_gate(Tensor gate) {

@@ -37,9 +37,13 @@ class Optimizer {
 
   // Overlapped stepping, e.g. one gradient bucket at a time as DDP finishes them
   // (distributed/updating_exchange.h): begin_step() once, then update(params) for disjoint subsets; together they
-  // do what one step() does. `params` may name the optimizer's parameters or their compute twins.
+  // do what one step() does. `params` may name the optimizer's parameters or their compute twins. Under a
+  // gate, take_gate() first: false means no begin_step() and no update this step.
   void begin_step();
   void update(const std::vector<Tensor>& params);
+  // A gate read on the host: false when it skips the step, else its scale becomes grad_scale(). True
+  // without a gate, or when the kernels read it on the device (they skip and scale there).
+  bool take_gate();
 
   // bf16 mixed precision without float32 gradient copies (optim/mixed_precision.h): `twins` are the
   // model's compute-dtype parameters, one per optimizer parameter, with the same names. Each update

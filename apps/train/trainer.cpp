@@ -80,18 +80,31 @@ Tensor Trainer::forward_backward(int64_t step) {
 }
 
 void Trainer::decide_on_device(const Tensor& loss_sum, HostReadback& readback) {
-  mixed_->grads_to_master();  // float32 copies of 16-bit gradients, unless the update reads them itself
-  std::vector<Tensor> with_grads;
-  for (const auto& [name, t] : mixed_->gradient_params()) with_grads.push_back(t);
-  Tensor outcome =
-      optim::step_outcome(loss_sum, config_.training.grad_accum, optim::grad_sum_of_squares(with_grads, device_),
-                          config_.training.grad_clip, stop_signal() != 0);
-  // Loss, stop and skip summed over ranks, on the device: every rank's update reads the same skip. (Under
-  // DDP the gradients, and so the norm and the clip factor, are the same on every rank already.)
+  Tensor sum_of_squares;
+  if (sharded_) {
+    // Sharded, the update reads this rank's averaged (bf16 or float32) gradients themselves, and each rank
+    // holds a share of them: the squared norm is the shares' sum.
+    sum_of_squares = sharded_->grad_sum_of_squares();
+    group_->allreduce(sum_of_squares, dist::ReduceOp::Sum)->wait();
+  } else {
+    mixed_->grads_to_master();  // float32 copies of 16-bit gradients, unless the update reads them itself
+    std::vector<Tensor> with_grads;
+    for (const auto& [name, t] : mixed_->gradient_params()) with_grads.push_back(t);
+    sum_of_squares = optim::grad_sum_of_squares(with_grads, device_);
+  }
+  Tensor outcome = optim::step_outcome(loss_sum, config_.training.grad_accum, sum_of_squares,
+                                       config_.training.grad_clip, stop_signal() != 0);
+  // Loss, stop and skip summed over ranks, on the device: every rank's update reads the same skip. (The
+  // norm, and so the clip factor, is the same on every rank already.)
   if (group_) group_->allreduce(outcome.slice(0, optim::kStepSummed), dist::ReduceOp::Sum)->wait();
-  optimizer_->set_gate(outcome.slice(optim::kStepSkip, optim::kGradScale + 1));
-  optimizer_->step();  // a skip leaves parameters, optimizer state and its step count untouched
-  mixed_->masters_to_model();
+  optimizer().set_gate(outcome.slice(optim::kStepSkip, optim::kGradScale + 1));
+  // A skip leaves parameters, optimizer state and its step count untouched.
+  if (sharded_) {
+    sharded_->step();  // the model's parameters are all-gathered: nothing to copy from the masters
+  } else {
+    optimizer_->step();
+    mixed_->masters_to_model();
+  }
   readback.copy(outcome);
 }
 
@@ -101,14 +114,10 @@ Trainer::StepResult Trainer::decide_on_host(const Tensor& loss_sum) {
   // (one device flag read) skips the norm: the step will be skipped anyway.
   StepResult r;
   r.loss_scale = mixed_->loss_scale();
-  // Sharded, the update reads this rank's averaged (bf16 or float32) gradients themselves, and the norm is
-  // over every rank's together (a collective); fp16 is refused with it (config).
-  const bool finite_grads = sharded_ ? true : mixed_->grads_to_master();
+  const bool finite_grads = mixed_->grads_to_master();
   const NamedTensors& with_grads = mixed_->gradient_params();
   const double clip = config_.training.grad_clip;
-  if (sharded_) {
-    r.grad_norm = sharded_->clip_grad_norm(clip);
-  } else if (!finite_grads) {
+  if (!finite_grads) {
     r.grad_norm = std::numeric_limits<double>::infinity();
   } else if (clip > 0) {
     r.grad_norm = optim::clip_grad_norm(with_grads, clip);
@@ -129,9 +138,7 @@ Trainer::StepResult Trainer::decide_on_host(const Tensor& loss_sum) {
   // large. Below a scale of 1 the gradients overflow unscaled, which is divergence, not the scale.
   r.overflow = r.skipped && mixed_->loss_scaler() != nullptr && std::isfinite(r.loss) && r.loss_scale >= 1;
   // The update (a skipped step leaves parameters, optimizer state and its step counter untouched).
-  if (!r.skipped && sharded_) {
-    sharded_->step();  // the model's parameters are all-gathered: nothing to copy from the masters
-  } else if (!r.skipped) {
+  if (!r.skipped) {
     optimizer_->step();
     mixed_->masters_to_model();
   }
@@ -162,7 +169,8 @@ Trainer::LaunchedStep Trainer::launch_step(int64_t step) {
   return launched;
 }
 
-bool Trainer::decides_on_device() const { return !sharded_ && mixed_->loss_scaler() == nullptr; }
+// fp16's loss scale is decided on the host (and fp16 is never sharded: the config refuses it).
+bool Trainer::decides_on_device() const { return mixed_->loss_scaler() == nullptr; }
 
 int Trainer::complete(const LaunchedStep& launched) {
   StepResult r;

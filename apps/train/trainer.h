@@ -76,7 +76,7 @@ class Trainer {
     double lr = 0;          // the learning rate it updated with
     int stop_signal = 0;    // some rank was asked to stop
   };
-  // A step enqueued: its result, when the host decided it (sharded strategies, fp16 loss scaling), or
+  // A step enqueued: its result, when the host decided it (fp16 loss scaling), or
   // the readback its outcome is on its way to (decided on the device: optim/step_outcome.h).
   struct LaunchedStep {
     int64_t step = 0;  // steps completed once it has run

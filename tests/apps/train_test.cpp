@@ -518,6 +518,32 @@ TEST(TrainFailures, NonFiniteStepsAreSkippedWithAWarningThenTheRunStops) {
   EXPECT_FALSE(fs::exists(dir.file("run/step_00000600")));
 }
 
+// The same under ZeRO-1 on two processes: the ranks' shares of the norm are summed and every rank's sharded
+// update reads the same skip, so no rank updates or all-gathers on a skipped step. Here the loss overflows
+// while the gradient norm is still finite (about 1e35): had a skipped step updated, the next step's
+// parameters, and so its norm, would no longer be finite.
+TEST(TrainFailures, NonFiniteStepsAreSkippedByEveryRankOfAShardedRun) {
+  ScratchDir dir("nonfinite.zero");
+  RunResult r = train(config_path("mlp_synthetic.yaml"),
+                      {"training.device=cpu", "data.kind=synthetic_regression", "data.num_features=8", "optim.kind=sgd",
+                       "optim.lr=100", "training.grad_clip=0", "schedule.kind=constant", "training.max_bad_steps=2",
+                       "distributed.strategy=zero", "logging.every=100", "checkpoint.dir=" + dir.file("run")},
+                      2);
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("update skipped (1 of at most 2)"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exceed training.max_bad_steps (2)"), std::string::npos) << r.output;
+  int skipped = 0;
+  for (const auto& rec : train_records(read_metrics(dir.file("run/metrics.jsonl")))) {
+    skipped += rec.skipped;
+    if (rec.skipped) {
+      // A non-finite number is written as null, which strtod reads as 0.
+      const double norm = std::strtod(rec.grad_norm.c_str(), nullptr);
+      EXPECT_TRUE(std::isfinite(norm) && norm > 0) << rec.line;
+    }
+  }
+  EXPECT_EQ(skipped, 3);
+}
+
 TEST(TrainFailures, CheckpointsOfAnotherModelAreRefusedAndLeftUntouched) {
   ScratchDir dir("othermodel");
   std::vector<std::string> args = {"training.device=cpu", "model.mlp.hidden=[16]", "training.steps=4",

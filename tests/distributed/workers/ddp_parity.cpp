@@ -408,13 +408,23 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
 }
 
 // ZeRO-1 with the update on step() (UpdateTiming::OnStep), as a trainer runs it: backward
-// reduce-scatters, clip_grad_norm() clips by the global norm of the ranks' blocks together, step()
-// updates and all-gathers. Against one process on the global batch with optim::clip_grad_norm and
+// reduce-scatters, the ranks' shares of the squared norm are summed, the clip factor goes to the inner
+// optimizer's gate, step() updates and all-gathers. Against one process on the global batch with optim::clip_grad_norm and
 // AdamW: the norms, the parameters and the optimizer state of whole parameters (full_state_dict()) agree;
 // a second ZeRO replica resumed from the reference's plain state (load_full_state_dict()) takes the next
 // step like the reference.
 // Stepping::kGatheredOnStep: the same of GatheredLinearZero with UpdateTiming::OnStep (the biases' replicated state
 // counted once in the norm and in full_state_dict()).
+// What a trainer does after backward (apps/train/trainer.cpp), decided here on the host: returns the norm.
+double clip_through_gate(dist::ShardedOptimizer& rep, dist::ProcessGroup& pg, double max_norm) {
+  Tensor squares = rep.grad_sum_of_squares();
+  pg.allreduce(squares, dist::ReduceOp::Sum)->wait();
+  const double norm = std::sqrt(squares.item());
+  const TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64).with_device(squares.device());
+  rep.optimizer().set_gate(from_vector<double>({0.0, optim::clip_factor(norm, max_norm)}, {2}, f64));
+  return norm;
+}
+
 bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options,
                       Stepping stepping = Stepping::kZeroOnStep) {
   constexpr double kMaxNorm = 0.5;  // below the first steps' norms: clipping is exercised
@@ -431,7 +441,7 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
     ref_opt->step();
     rep_model.zero_grad();
     backward_on_my_rows(s, rep_model, x, y);
-    const double got = rep.clip_grad_norm(kMaxNorm);
+    const double got = clip_through_gate(rep, *pg, kMaxNorm);
     rep.step();
     if (!(std::abs(got - want) <= 1e-6 * want)) {
       std::fprintf(stderr, "rank %d: %s: gradient norm %.9g, one process %.9g\n", s.rank, what.c_str(), got, want);
