@@ -11,9 +11,9 @@
 //   6. logging, evaluation and checkpoints at their intervals
 // Parts 3 to 5 are decided on the device where they can be (optim/step_outcome.h: the norm, the clip
 // factor, the skip and the agreement stay there, and the update reads them), so the host launches step
-// k + 1 before it reads step k's loss and the device never waits for it. Sharded strategies and fp16 loss
-// scaling decide on the host. Under training.cuda_graph, part 2 (one micro-batch) is replayed from a CUDA
-// graph after kEagerSteps eager steps (apps/train/step_graph.h); everything else is the same code.
+// k + 1 before it reads step k's loss and the device never waits for it. Only fp16 loss scaling decides on
+// the host. Under training.cuda_graph, part 2 (one micro-batch) is replayed from a CUDA graph after
+// kEagerSteps eager steps (apps/train/step_graph.h); everything else is the same code.
 #include "trainer.h"
 
 #include <spdlog/spdlog.h>
@@ -136,7 +136,7 @@ Trainer::StepResult Trainer::decide_on_host(const Tensor& loss_sum) {
   if (agreed[2] > 0) r.stop_signal = stop_signal() != 0 ? stop_signal() : SIGTERM;
   // A gradient overflow of loss scaling with a finite loss is routine, not a bad step: the scale was too
   // large. Below a scale of 1 the gradients overflow unscaled, which is divergence, not the scale.
-  r.overflow = r.skipped && mixed_->loss_scaler() != nullptr && std::isfinite(r.loss) && r.loss_scale >= 1;
+  r.overflow = r.skipped && std::isfinite(r.loss) && r.loss_scale >= 1;
   // The update (a skipped step leaves parameters, optimizer state and its step counter untouched).
   if (!r.skipped) {
     optimizer_->step();

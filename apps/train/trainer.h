@@ -89,7 +89,7 @@ class Trainer {
   Tensor forward_backward(int64_t step);  // the micro-batches; returns their summed loss, on the device
   bool decides_on_device() const;
   void decide_on_device(const Tensor& loss_sum, HostReadback& readback);
-  StepResult decide_on_host(const Tensor& loss_sum);
+  StepResult decide_on_host(const Tensor& loss_sum);  // fp16 loss scaling
   // Reads the step's result (waiting for the device, if it decided) and acts on it: the log line and,
   // for a skipped step, a warning and the bad-step count (throwing past training.max_bad_steps). Returns
   // the stop signal the ranks agreed on, or 0.
