@@ -59,6 +59,7 @@ void StreamEvent::record() {}
 void StreamEvent::record(const SideStream&) {}
 void StreamEvent::wait() {}
 void StreamEvent::wait(const SideStream&) {}
+void StreamEvent::wait_external() {}
 void StreamEvent::synchronize() const {}
 float StreamEvent::elapsed_ms(const StreamEvent&) const { return 0.0f; }
 

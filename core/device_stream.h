@@ -53,6 +53,10 @@ class StreamEvent {
   void record(const SideStream& stream);
   void wait();  // the current stream waits for the last record (no host synchronisation)
   void wait(const SideStream& stream);
+  // The current stream waits for the last record, which was made outside any graph being captured; while
+  // the current stream is being captured, each replay of the graph waits for the record last made before
+  // it runs (a record made each step by eager code, waited on by a replayed step).
+  void wait_external();
   void synchronize() const;                        // the host waits for the last record
   float elapsed_ms(const StreamEvent& end) const;  // both with timing on
 

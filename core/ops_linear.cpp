@@ -31,7 +31,8 @@
 // GELU only on request, because cuBLASLt runs its DGELU_BGRAD as a slow separate pass on Hopper.
 //
 // A weight with a LinearGradProvider (core/linear_grad_provider.h) gets neither dW nor db from here: the
-// provider sees x in forward and dpre in backward, and forms them itself (on both paths above).
+// provider sees x in forward and dpre in backward, and forms them itself (on both paths above); any
+// linear op lets the provider finish writing W before reading it (before_read).
 #include <atomic>
 #include <cstdlib>
 #include <memory>
@@ -396,10 +397,16 @@ void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             "linear: expected bias [{}] for weight {}, found {}", weight.size(0), shape_str(weight.shape()),
             shape_str(bias.shape()));
 }
+// A provider may still be writing W (core/linear_grad_provider.h): the current stream waits for it.
+void wait_for_weight(const Tensor& weight) {
+  if (std::shared_ptr<LinearGradProvider> provider = linear_grad_provider(weight)) provider->before_read();
+}
+
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   check_linear(x, weight, bias);
+  wait_for_weight(weight);
 #ifdef DPT_HAVE_CUDA
   if (x.device().is_cuda() && linear_fused()) {
     Tensor y = linear_cuda(x, weight, bias, act);
@@ -421,6 +428,7 @@ Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias
   DPT_CHECK(residual.shape() == out_shape,
             "linear_residual: expected a residual of shape {} for input {} and weight {}, found {}",
             shape_str(out_shape), shape_str(x.shape()), shape_str(weight.shape()), shape_str(residual.shape()));
+  wait_for_weight(weight);
 #ifdef DPT_HAVE_CUDA
   if (x.device().is_cuda() && linear_fused()) {
     Tensor y = linear_cuda(x, weight, bias, Activation::None, residual);

@@ -25,6 +25,7 @@ struct GatheredLinearZero::Layer {
   std::shared_ptr<Work> dpre_gather;
   Tensor grad_w, grad_b;       // [rows, in]: the averaged gradient of this rank's rows; [out]: of the bias
   std::vector<Tensor> pieces;  // the optimizer's parameters for those rows
+  std::unique_ptr<StreamEvent> ready;  // OnStep: recorded when the last step's all-gather of weight has ended
 };
 
 // Events of one timed step (CUDA): a start mark (the first forward input), each collective's launch (on
@@ -53,6 +54,9 @@ class Provider : public LinearGradProvider {
   }
   void on_output_grad(const Tensor& dpre) override {
     if (*owner_) (*owner_)->on_output_grad(layer_, dpre);
+  }
+  void before_read() override {
+    if (*owner_) (*owner_)->before_read(layer_);
   }
 
  private:
@@ -104,6 +108,7 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     layer.row0 = rank * layer.rows;
     const TensorOptions opts = layer.weight.options();
     layer.grad_w = Tensor::empty({layer.rows, layer.in}, opts);
+    layer.ready = std::make_unique<StreamEvent>(layer.weight.device());
     layer.pieces.push_back(shard_.add(param_name(path, "weight"), layer.weight, layer.row0 * layer.in,
                                      (layer.row0 + layer.rows) * layer.in,
                                      layer.grad_w.reshape({layer.rows * layer.in})));
@@ -123,8 +128,10 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   inner_ = shard_.make_optimizer(make);
 
   param_group_ = group_->duplicate();
-  if (!layers_.empty() && layers_.front().weight.device().is_cuda())
+  if (!layers_.empty() && layers_.front().weight.device().is_cuda()) {
     update_stream_ = std::make_unique<SideStream>(layers_.front().weight.device());
+    ready_stream_ = std::make_unique<SideStream>(layers_.front().weight.device());
+  }
   for (size_t l = 0; l < layers_.size(); ++l) {
     auto provider = std::make_shared<Provider>(alive_, l);
     set_linear_grad_provider(layers_[l].weight, provider);
@@ -270,24 +277,47 @@ Tensor GatheredLinearZero::grad_sum_of_squares() {
   return optim::sum_of_squares(counted, layers_.front().weight.device());
 }
 
+// Each layer's gather, once issued, is waited for by the ready stream alone, which then records the layer's
+// event (see the header). Gloo: the host waits for each gather here.
 void GatheredLinearZero::step() {
   DPT_CHECK(when_ == UpdateTiming::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
   NoGradGuard no_grad;
   if (!inner_->take_gate()) return;  // every rank reads the same gate: none updates or gathers
   inner_->begin_step();
-  for (Layer& layer : layers_) update_and_gather(layer);
-  // CUDA: the current stream waits; Gloo: the host does.
-  for (auto& w : param_gathers_) w->wait();
+  for (Layer& layer : layers_) {
+    update_and_gather(layer);
+    if (!ready_stream_) continue;
+    SideStreamGuard on_ready(*ready_stream_);
+    param_gathers_.back()->wait();
+    layer.ready->record(*ready_stream_);
+  }
+  if (!ready_stream_)
+    for (auto& w : param_gathers_) w->wait();
   param_gathers_.clear();
 }
 
-void GatheredLinearZero::gather_targets() { shard_.gather_targets(*group_, ddp_.parameters()); }
+void GatheredLinearZero::before_read(size_t l) {
+  if (when_ == UpdateTiming::OnStep) layers_[l].ready->wait_external();
+}
+
+void GatheredLinearZero::wait_for_parameters() {
+  for (Layer& layer : layers_) layer.ready->wait();
+}
+
+void GatheredLinearZero::gather_targets() {
+  wait_for_parameters();
+  shard_.gather_targets(*group_, ddp_.parameters());
+}
 
 NamedTensors GatheredLinearZero::full_state_dict() {
+  wait_for_parameters();
   return shard_.full_state_dict(*inner_, *group_, ddp_.parameters());
 }
 
-void GatheredLinearZero::load_full_state_dict(const NamedTensors& full) { shard_.load_full_state_dict(*inner_, full); }
+void GatheredLinearZero::load_full_state_dict(const NamedTensors& full) {
+  wait_for_parameters();
+  shard_.load_full_state_dict(*inner_, full);
+}
 
 std::shared_ptr<Work> GatheredLinearZero::collective(int communicator,
                                                      const std::function<std::shared_ptr<Work>()>& issue) {

@@ -28,7 +28,14 @@
 // leaves the update to step(), as ZeroOptimizer's mode of that name does: backward forms the
 // gradients of this rank's rows (dW_l, db_l on the update stream) and stops there, and the trainer then
 // decides the step (grad_sum_of_squares, the inner optimizer's gate). step() updates every layer's pieces
-// and all-gathers the weights.
+// in forward order and all-gathers each weight as soon as it is updated, without waiting: the next
+// forward waits for each layer's gather just before it reads that weight (core/linear_grad_provider.h
+// before_read), so the gathers of later layers run beside the forward of earlier ones:
+//   compute stream:  decision | update_1 .. update_L | wait(AG W_1) fwd_1 | wait(AG W_2) fwd_2 ...
+//   comm stream B:                AG W_1 .. AG W_L
+// The wait is on one event per layer, recorded after its gather on every step (a captured forward waits on
+// it through an event-wait node: each replay waits for the last eager step's gather). Anything else that
+// reads the weights after step() calls wait_for_parameters() first (this class's own collectives do).
 //
 // Each weight element is updated by exactly one rank, each bias element by every rank alike, from the
 // averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums.
@@ -79,6 +86,7 @@ class GatheredLinearZero : public ShardedOptimizer {
   // every rank) counted on rank 0.
   Tensor grad_sum_of_squares() override;
   void step() override;
+  void wait_for_parameters() override;
 
   // Any mode (distributed/sharded_optimizer.h).
   void gather_targets() override;
@@ -88,6 +96,7 @@ class GatheredLinearZero : public ShardedOptimizer {
   // Called through the layers' providers.
   void on_input(size_t layer, const Tensor& x);
   void on_output_grad(size_t layer, const Tensor& dpre);
+  void before_read(size_t layer);
 
   // Opt-in CUDA event timing of the following steps (forward and backward), for benchmarks: each
   // collective from the moment its stream lets it start to its end (seen from a probe stream), and the
@@ -119,6 +128,8 @@ class GatheredLinearZero : public ShardedOptimizer {
   // The stream the gradients and updates run on (CUDA), beside backward on the compute stream (the device's
   // highest stream priority for it measured no different).
   std::unique_ptr<SideStream> update_stream_;
+  // Where each layer's `ready` event is recorded once its parameter gather has ended (OnStep).
+  std::unique_ptr<SideStream> ready_stream_;
   bool record_timing_ = false;
   std::unique_ptr<TimingState> timing_, finished_timing_;
   std::vector<std::shared_ptr<Work>> param_gathers_;

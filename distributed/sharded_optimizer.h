@@ -18,10 +18,13 @@ class ShardedOptimizer {
   // ranks it is what optim::grad_sum_of_squares gives one process; clipping and skipping go through the
   // inner optimizer's gate (optim::Optimizer::set_gate, optim/step_outcome.h).
   virtual Tensor grad_sum_of_squares() = 0;
-  // On every rank, under the inner optimizer's gate: the update of this rank's pieces and the all-gathers;
-  // on return (CUDA: on the compute stream) the parameters hold the step's values. A gate read on the host
-  // that skips the step leaves everything as it was.
+  // On every rank, under the inner optimizer's gate: the update of this rank's pieces and the all-gathers.
+  // A gate read on the host that skips the step leaves everything as it was.
   virtual void step() = 0;
+  // The current stream (Gloo: the host) waits until the parameters hold the last step's values. ZeroOptimizer's
+  // step() returns with them there; GatheredLinearZero's leaves its all-gathers running, and the model's
+  // Linear layers wait for their own weight when they read it: only other readers call this.
+  virtual void wait_for_parameters() {}
 
   // Collective: the targets (float32 masters) whole on every rank.
   virtual void gather_targets() = 0;

@@ -56,6 +56,10 @@ void StreamEvent::wait() {
   if (state_) state_->event.wait();
 }
 
+void StreamEvent::wait_external() {
+  if (state_) state_->event.wait_external();
+}
+
 void StreamEvent::wait(const SideStream& stream) {
   if (state_) state_->event.wait(as_stream(stream.handle()));
 }

@@ -138,6 +138,11 @@ void CudaEvent::wait(cudaStream_t stream) {
   DPT_CUDA_CHECK(cudaStreamWaitEvent(stream ? stream : current_stream(device_), event_, 0));
 }
 
+void CudaEvent::wait_external(cudaStream_t stream) {
+  cudaStream_t s = stream ? stream : current_stream(device_);
+  DPT_CUDA_CHECK(cudaStreamWaitEvent(s, event_, stream_is_capturing(s) ? cudaEventWaitExternal : cudaEventWaitDefault));
+}
+
 bool CudaEvent::query() const {
   cudaError_t status = cudaEventQuery(event_);
   if (status == cudaErrorNotReady) {

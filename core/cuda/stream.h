@@ -65,6 +65,9 @@ class CudaEvent {
 
   void record(cudaStream_t stream = nullptr);    // nullptr: the current stream of the event's device
   void wait(cudaStream_t stream = nullptr);      // makes `stream` wait for the last record (no host sync)
+  // As wait(), for a record made outside any graph being captured: while `stream` is being captured the
+  // graph gets an event-wait node, so each replay waits for the record last made before it runs.
+  void wait_external(cudaStream_t stream = nullptr);
   bool query() const;                            // true when the recorded work has finished
   void synchronize() const;                      // blocks the host until the recorded work has finished
   float elapsed_ms(const CudaEvent& end) const;  // from this event to `end`; both need timing = true

@@ -57,4 +57,41 @@ TEST(DeviceStream, OnAGpuAnEventOrdersTheCurrentStreamAfterTheSideStream) {
   EXPECT_GE(start.elapsed_ms(done), 0.0f);
 }
 
+// wait_external(): a record made each step by eager code on a side stream, waited on by the current stream,
+// eagerly and from a replayed CUDA graph. The side stream is held by the host until after the wait (and the
+// replay) is queued, so a wait that did not happen would copy the previous step's value.
+TEST(DeviceStream, OnAGpuAReplayWaitsForTheRecordMadeBeforeItRuns) {
+  if (dpt::cuda::device_count() < 1) GTEST_SKIP() << "needs a GPU";
+  const Device gpu = Device::cuda(0);
+  const dpt::TensorOptions on_gpu = dpt::TensorOptions{}.with_device(gpu);
+  SideStream side(gpu);
+  StreamEvent ready(gpu);
+  dpt::Tensor a = dpt::zeros({1 << 16}, on_gpu), b = dpt::zeros({1 << 16}, on_gpu);
+  auto copy_when_ready = [&] {
+    ready.wait_external();
+    b.copy_(a);
+  };
+  dpt::cuda::CudaGraph graph;
+  graph.capture(copy_when_ready);  // nothing runs yet
+  for (int step = 1; step <= 4; ++step) {
+    const bool replay = step % 2 == 0;
+    dpt::cuda::HeldStreamTimer hold;
+    {
+      SideStreamGuard on_side(side);
+      hold.hold();  // the side stream waits for the host
+      a.fill_(static_cast<double>(step));
+      ready.record(side);
+    }
+    if (replay) {
+      graph.replay();
+    } else {
+      copy_when_ready();
+    }
+    (void)hold.release_ms();
+    std::vector<float> got = b.to_vector<float>();
+    EXPECT_EQ(got.front(), static_cast<float>(step)) << (replay ? "replayed" : "eager") << " step " << step;
+    EXPECT_EQ(got.back(), static_cast<float>(step)) << (replay ? "replayed" : "eager") << " step " << step;
+  }
+}
+
 }  // namespace
