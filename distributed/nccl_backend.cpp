@@ -282,8 +282,8 @@ class NcclBackend : public Backend {
     watchdog_.join();
     if (!aborted_) {
       // Healthy: let the last operations finish (bounded), then release the communicator.
-      bool drained = drain_pending(Clock::now() + timeout_);
-      if (drained && state_->get_error().empty()) {
+      const bool healthy = state_->get_error().empty() && drain_pending(Clock::now() + timeout_);
+      if (healthy && state_->get_error().empty()) {
 #if DPT_NCCL_HAS_COPY_ENGINES
         for (ncclWindow_t w : windows_) ncclCommWindowDeregister(comm_, w);
 #endif
@@ -470,10 +470,18 @@ class NcclBackend : public Backend {
         ready_->wait(comm_stream_);
         comm_stream_used_ = true;
       }
-      DPT_NCCL_CHECK_COMM(ncclGroupStart(), comm_);
-      enqueue(stream);
-      DPT_NCCL_CHECK_COMM(ncclGroupEnd(), comm_);
-      wait_ready(Clock::now() + timeout_, desc.description, timeout_);
+      try {
+        DPT_NCCL_CHECK_COMM(ncclGroupStart(), comm_);
+        enqueue(stream);
+        DPT_NCCL_CHECK_COMM(ncclGroupEnd(), comm_);
+        wait_ready(Clock::now() + timeout_, desc.description, timeout_);
+      } catch (const std::exception& e) {
+        // The communicator is unusable (a peer may already be inside this collective): recorded, the
+        // error makes the destructor abort it rather than drain or destroy it, both of which wait for peers.
+        state_->set_error(e.what());
+        state_->observed = true;
+        throw;
+      }
     }
     work->end_event().record(stream);
     std::vector<Tensor> finished;  // completed operations' tensors, released after the lock, on this thread
