@@ -93,6 +93,10 @@ if ! cmake --build "$build" -j "$jobs" "${target_args[@]}" -- "${keep_going[@]}"
 fi
 
 echo "gpu-test: running ctest (log: $logs/ctest.log)"
+# With the durations of an earlier run at hand, ctest starts the longest tests first: every long GPU test
+# at once, dozens of CUDA contexts and cuBLAS workspaces on GPU 0, which exhausts its memory. Without them
+# it runs the tests in the order they are defined, GPU tests spread among CPU ones: every run alike.
+rm -f "$build/Testing/Temporary/CTestCostData.txt"
 (cd "$build" && ctest -V -j "$jobs" --timeout 900 "$@") >"$logs/ctest.log" 2>&1
 ctest_status=$?
 
