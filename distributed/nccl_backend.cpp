@@ -12,8 +12,8 @@
 // while NCCL still reads or writes it.
 //
 // Failure. NCCL has no timeout of its own and a dead peer over NVLink can leave kernels spinning forever.
-// Communicators are non-blocking; a watchdog thread polls every pending operation's end event and
-// ncclCommGetAsyncError every 100 ms. Past the timeout, or on an asynchronous error, it aborts the
+// Communicators are non-blocking; a watchdog thread polls every pending operation's end event and, between
+// launches, ncclCommGetAsyncError every 100 ms. Past the timeout, or on an asynchronous error, it aborts the
 // communicator (ncclCommAbort, which makes the spinning kernels exit), after which every pending and
 // later call fails with an error naming the operation, its sequence number and the timeout. If the
 // abort itself hangs, or no thread of the program notices the error within kUnobservedErrorGrace, the
@@ -392,6 +392,7 @@ class NcclBackend : public Backend {
   void register_symmetric(const Tensor& tensor) override {
 #if DPT_NCCL_HAS_COPY_ENGINES
     cuda::DeviceGuard guard(device_);
+    std::lock_guard<std::mutex> lock(launch_mutex_);  // no NCCL call beside the watchdog's (launch_mutex_)
     ncclWindow_t window = nullptr;
     const size_t bytes = static_cast<size_t>(tensor.numel()) * dtype_size(tensor.dtype());
     ncclResult_t result = ncclCommWindowRegister(comm_, tensor.data_ptr(), bytes, &window, NCCL_WIN_COLL_SYMMETRIC);
@@ -541,9 +542,16 @@ class NcclBackend : public Backend {
         }
       }
       if (failure.empty()) {
+        // Only between launches: ncclCommGetAsyncError also completes, and frees, the group job a
+        // non-blocking launch left in progress (connection setup), so two threads asking at once free it
+        // twice and corrupt the heap. A launch under way polls the same error itself (wait_ready).
         ncclResult_t async = ncclSuccess;
-        ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
-        if (r != ncclSuccess) async = r;
+        std::unique_lock<std::mutex> between_launches(launch_mutex_, std::try_to_lock);
+        if (between_launches.owns_lock()) {
+          ncclResult_t r = ncclCommGetAsyncError(comm_, &async);
+          if (r != ncclSuccess) async = r;
+          between_launches.unlock();
+        }
         if (async != ncclSuccess && async != ncclInProgress) {
           std::lock_guard<std::mutex> lock(mutex_);
           std::string op = pending_.empty() ? std::string("(no operation pending)")
@@ -614,7 +622,9 @@ class NcclBackend : public Backend {
   std::vector<ncclWindow_t> windows_;  // symmetric windows registered on comm_, deregistered before it goes
 #endif
 
-  std::mutex launch_mutex_;  // one enqueue at a time (the ready_ event is shared)
+  // One enqueue at a time (the ready_ event is shared), and no NCCL call on comm_ from two threads at once
+  // (the watchdog's error poll waits for the launches).
+  std::mutex launch_mutex_;
   std::unique_ptr<cuda::CudaEvent> ready_;  // orders the comm stream after the caller's, or the reverse
   bool comm_stream_used_ = false;           // asynchronous operations queued since the last synchronous one
 
