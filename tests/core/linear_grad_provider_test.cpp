@@ -122,5 +122,60 @@ TEST(LinearGradProvider, BatchedInputArrivesAsRows) {
   EXPECT_LE(max_relative(matmul(r->output_grads[0], r->inputs[0], true, false), w_ref.grad()), 1e-12);
 }
 
+// A provider that may still be writing W (gathered weights) finishes in before_read: every linear op, with
+// gradients or without, and the residual form, must read W only after it. This one writes a pending value.
+struct PendingWrite : LinearGradProvider {
+  Tensor weight, pending;
+  void on_input(const Tensor&) override {}
+  void on_output_grad(const Tensor&) override {}
+  void before_read() override {
+    if (!pending.defined()) return;
+    NoGradGuard no_grad;
+    weight.copy_(pending);
+    pending = Tensor();
+  }
+};
+
+void check_reads_after_before_read(const TensorOptions& opts, double tol) {
+  Generator gen(11);
+  Tensor w = randn({3, 4}, gen, opts).requires_grad_(true), b = randn({3}, gen, opts);
+  Tensor x = randn({5, 4}, gen, opts), residual = randn({5, 3}, gen, opts);
+  auto writer = std::make_shared<PendingWrite>();
+  writer->weight = w.detach();
+  set_linear_grad_provider(w, writer);
+  auto expect_reads = [&](const Tensor& got, const Tensor& written, const Tensor& plus, const char* what) {
+    Tensor want = add(add(matmul(x, written, false, true), b), plus);
+    EXPECT_LE(max_relative(got, want), tol) << what;
+    EXPECT_FALSE(writer->pending.defined()) << what;
+  };
+  const Tensor none = zeros({5, 3}, opts);
+  {
+    writer->pending = randn({3, 4}, gen, opts);
+    const Tensor written = writer->pending;
+    expect_reads(linear(x, w, b, Activation::None), written, none, "with gradients");
+  }
+  {
+    writer->pending = randn({3, 4}, gen, opts);
+    const Tensor written = writer->pending;
+    NoGradGuard no_grad;
+    expect_reads(linear(x, w, b, Activation::None), written, none, "without gradients");
+  }
+  {
+    writer->pending = randn({3, 4}, gen, opts);
+    const Tensor written = writer->pending;
+    expect_reads(linear_residual(x, w, b, residual), written, residual, "with a residual");
+  }
+  set_linear_grad_provider(w, nullptr);
+}
+
+TEST(LinearGradProvider, EveryLinearOpReadsTheWeightAfterBeforeReadOnCpu) {
+  check_reads_after_before_read(TensorOptions{}.with_dtype(DType::Float64), 1e-12);
+}
+
+TEST(LinearGradProvider, EveryFusedLinearOpReadsTheWeightAfterBeforeReadOnCuda) {
+  if (cuda::device_count() < 1) GTEST_SKIP() << "needs a GPU";
+  check_reads_after_before_read(TensorOptions{}.with_device(Device::cuda(0)), 1e-5);
+}
+
 }  // namespace
 }  // namespace dpt
