@@ -100,7 +100,9 @@ void Trainer::decide_on_device(const Tensor& loss_sum, HostReadback& readback) {
   optimizer().set_gate(outcome.slice(optim::kStepSkip, optim::kGradScale + 1));
   // A skip leaves parameters, optimizer state and its step count untouched.
   if (sharded_) {
-    sharded_->step();  // the model's parameters are all-gathered: nothing to copy from the masters
+    // The model's parameters are all-gathered (nothing to copy from the masters); under gathered gradients
+    // the next forward waits for each layer's weight itself (distributed/gathered_linear_zero.h).
+    sharded_->step();
   } else {
     optimizer_->step();
     mixed_->masters_to_model();
