@@ -72,7 +72,6 @@ double sum_squares(const GradLists& lists) {
 
 double grad_norm(const std::vector<Tensor>& params) { return std::sqrt(sum_squares(gather(params))); }
 
-
 double clip_grad_norm(const std::vector<Tensor>& params, double max_norm) {
   DPT_CHECK(max_norm > 0, "clip_grad_norm: max_norm must be positive, got {}", max_norm);
   GradLists lists = gather(params);
