@@ -199,7 +199,7 @@ std::string environment_reference() {
     out += fmt::format("| `{}` | {} | {} | {} |\n", s.name, *s.fallback ? fmt::format("`{}`", s.fallback) : "(empty)",
                        allowed.empty() ? "a path" : allowed, markdown_cell(s.meaning));
   }
-  out += "\nSet by dpt-run for the processes it starts (read by `distributed/env.h`):\n\n";
+  out += "\nSet by dpt-run for the processes it starts (read by `rendezvous/env.h`):\n\n";
   out += "| variables | meaning |\n| --- | --- |\n";
   for (const LauncherVariable& v : kLauncherVariables) {
     out += fmt::format("| `{}` | {} |\n", v.name, markdown_cell(v.meaning));

@@ -7,7 +7,7 @@
 // does so for one scope. A value outside the allowed ones is an error naming the variable, not a
 // silent default.
 //
-// The variables dpt-run sets for the processes it starts (rank, store, error file; distributed/env.h
+// The variables dpt-run sets for the processes it starts (rank, store, error file; rendezvous/env.h
 // reads them) are a protocol rather than switches; they are listed in the same table so that every
 // DPT_ name a user meets is documented in one place: docs/environment.md, generated from this table
 // (dpt-train --env-reference), with a test that fails while the two disagree.

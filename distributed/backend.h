@@ -9,8 +9,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/store.h"
 #include "distributed/work.h"
+#include "rendezvous/store.h"
 
 namespace dpt::dist {
 

@@ -6,7 +6,7 @@
 
 #include <memory>
 
-#include "distributed/store.h"
+#include "rendezvous/store.h"
 
 namespace dpt::dist {
 

@@ -5,7 +5,7 @@
 
 #include "core/factory.h"
 #include "core/flags.h"
-#include "distributed/socket.h"
+#include "rendezvous/socket.h"
 
 namespace dpt::dist {
 namespace {

@@ -24,9 +24,9 @@
 
 #include "core/tensor.h"
 #include "distributed/backend.h"
-#include "distributed/env.h"
-#include "distributed/store.h"
 #include "distributed/work.h"
+#include "rendezvous/env.h"
+#include "rendezvous/store.h"
 
 namespace dpt::dist {
 

@@ -8,7 +8,7 @@
 #include <string>
 #include <string_view>
 
-#include "distributed/store_protocol.h"
+#include "rendezvous/store_protocol.h"
 
 namespace wire = dpt::dist::store_wire;
 

@@ -21,7 +21,6 @@
 #include "core/safetensors.h"
 #include "distributed/data_parallel.h"
 #include "distributed/ddp.h"
-#include "distributed/env.h"
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/process_group.h"
 #include "json_line.h"
@@ -31,6 +30,7 @@
 #include "layers/mlp.h"
 #include "optim/adam.h"
 #include "optim/mixed_precision.h"
+#include "rendezvous/env.h"
 
 namespace dpt::bench {
 

@@ -19,7 +19,7 @@
 #include <iterator>
 #include <map>
 
-#include "distributed/env.h"
+#include "rendezvous/env.h"
 #include "root_cause.h"
 
 namespace dpt::run {

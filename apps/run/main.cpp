@@ -26,8 +26,8 @@
 
 #include "command_line.h"
 #include "core/cuda_runtime.h"
-#include "distributed/socket.h"
 #include "launcher.h"
+#include "rendezvous/socket.h"
 
 namespace {
 

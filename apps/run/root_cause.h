@@ -2,14 +2,14 @@
 // Which worker caused a group's failure. The first worker to exit is often not it: a rank that hits its
 // own error (a full disk, say) tears down its connections while it unwinds, and a peer that notices
 // the closed connection can fail and exit first. So workers report their error with the time it
-// happened (DPT_ERROR_FILE, see distributed/env.h), and errors that only say a peer went away are
+// happened (DPT_ERROR_FILE, see rendezvous/env.h), and errors that only say a peer went away are
 // consequences, not causes.
 #include <cstdint>
 #include <optional>
 #include <string>
 #include <vector>
 
-#include "distributed/env.h"
+#include "rendezvous/env.h"
 
 namespace dpt::run {
 

@@ -20,9 +20,9 @@
 #include "command_line.h"
 #include "config.h"
 #include "core/flags.h"
-#include "distributed/env.h"
-#include "distributed/socket.h"
 #include "multirun.h"
+#include "rendezvous/env.h"
+#include "rendezvous/socket.h"
 #include "stop_signal.h"
 #include "trainer.h"
 

@@ -16,7 +16,6 @@
 #include "data/loader.h"
 #include "data_factory.h"
 #include "distributed/ddp.h"
-#include "distributed/env.h"
 #include "distributed/process_group.h"
 #include "distributed/sharded_optimizer.h"
 #include "metrics_log.h"
@@ -25,6 +24,7 @@
 #include "optim/lr_schedule.h"
 #include "optim/mixed_precision.h"
 #include "optim/optimizer.h"
+#include "rendezvous/env.h"
 #include "step_graph.h"
 
 namespace dpt::train {

@@ -18,8 +18,8 @@
 
 #include "apps/train_test_util.h"
 #include "data/token_file.h"
-#include "distributed/socket.h"
 #include "processes.h"
+#include "rendezvous/socket.h"
 
 namespace {
 

@@ -24,11 +24,11 @@
 #include <thread>
 #include <vector>
 
-#include "distributed/socket.h"
-#include "distributed/store.h"
-#include "distributed/store_protocol.h"
-#include "distributed/tcp_store_server.h"
 #include "processes.h"
+#include "rendezvous/socket.h"
+#include "rendezvous/store.h"
+#include "rendezvous/store_protocol.h"
+#include "rendezvous/tcp_store_server.h"
 
 namespace dpt::dist {
 namespace {

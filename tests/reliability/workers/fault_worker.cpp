@@ -33,12 +33,12 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
-#include "distributed/env.h"
 #include "distributed/process_group.h"
-#include "distributed/store.h"
 #include "layers/losses.h"
 #include "layers/mlp.h"
 #include "optim/adam.h"
+#include "rendezvous/env.h"
+#include "rendezvous/store.h"
 
 using namespace dpt;
 using namespace std::chrono_literals;

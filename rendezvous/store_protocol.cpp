@@ -1,4 +1,4 @@
-#include "distributed/store_protocol.h"
+#include "rendezvous/store_protocol.h"
 
 #include <spdlog/fmt/fmt.h>
 

@@ -6,9 +6,8 @@
 #include <future>
 #include <thread>
 
-#include "distributed/gloo_store.h"
-#include "distributed/socket.h"
-#include "distributed/store.h"
+#include "rendezvous/socket.h"
+#include "rendezvous/store.h"
 
 namespace dpt::dist {
 namespace {
@@ -170,16 +169,6 @@ TEST(PrefixStore, SeparatesNamespacesAndReportsUnprefixedKeys) {
   EXPECT_EQ(a.wait_for({"id", "zz"}, 50ms), std::vector<std::string>{"zz"});
   EXPECT_CONTAINS(message_of([&] { a.wait({"zz"}, 50ms); }), "prefix 'attempt0/'");
   a.barrier("solo");  // world of one: passes at once
-}
-
-TEST(GlooStore, WaitHonoursItsTimeout) {
-  auto base = std::make_shared<TcpStore>("127.0.0.1", 0, true, 0, 1, 10s);
-  GlooStore gloo_store(base);
-  gloo_store.set("addr", {'x', 'y'});
-  EXPECT_EQ(gloo_store.get("addr"), (std::vector<char>{'x', 'y'}));
-  auto start = std::chrono::steady_clock::now();
-  EXPECT_THROW(gloo_store.wait({"missing"}, std::chrono::milliseconds(100)), StoreTimeoutError);
-  EXPECT_LT(std::chrono::steady_clock::now() - start, 5s);
 }
 
 }  // namespace

@@ -1,5 +1,5 @@
 // Launch-environment parsing for the three conventions (torchrun, Slurm, Open MPI).
-#include "distributed/env.h"
+#include "rendezvous/env.h"
 
 #include <gtest/gtest.h>
 #include <unistd.h>

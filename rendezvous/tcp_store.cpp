@@ -3,10 +3,10 @@
 
 #include <algorithm>
 
-#include "distributed/socket.h"
-#include "distributed/store.h"
-#include "distributed/store_protocol.h"
-#include "distributed/tcp_store_server.h"
+#include "rendezvous/socket.h"
+#include "rendezvous/store.h"
+#include "rendezvous/store_protocol.h"
+#include "rendezvous/tcp_store_server.h"
 
 namespace dpt::dist {
 namespace {

@@ -1,4 +1,4 @@
-#include "distributed/tcp_store_server.h"
+#include "rendezvous/tcp_store_server.h"
 
 #include <fcntl.h>
 #include <netinet/in.h>
@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "core/error.h"
-#include "distributed/socket.h"
-#include "distributed/store_protocol.h"
+#include "rendezvous/socket.h"
+#include "rendezvous/store_protocol.h"
 
 namespace dpt::dist {
 namespace {

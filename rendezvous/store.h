@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "core/error.h"
-#include "distributed/env.h"
+#include "rendezvous/env.h"
 
 namespace dpt::dist {
 

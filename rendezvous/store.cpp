@@ -1,4 +1,4 @@
-#include "distributed/store.h"
+#include "rendezvous/store.h"
 
 #include <algorithm>
 

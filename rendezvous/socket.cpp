@@ -1,4 +1,4 @@
-#include "distributed/socket.h"
+#include "rendezvous/socket.h"
 
 #include <arpa/inet.h>
 #include <fcntl.h>

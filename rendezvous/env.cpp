@@ -1,4 +1,4 @@
-#include "distributed/env.h"
+#include "rendezvous/env.h"
 
 #include <fcntl.h>
 #include <sys/stat.h>
