@@ -51,11 +51,15 @@ class AccumulateGrad : public Node {
     leaf_sink = true;
   }
 
+  // Runs once every use of the leaf is done, also when autograd delivers nothing (an op may have written
+  // the gradient in place: mark_grad_written).
   std::vector<Tensor> apply(const std::vector<Tensor>& grad_outputs) override {
     Tensor leaf(leaf_);
     const Tensor& g = grad_outputs[0];
+    AutogradMeta& meta = leaf_->autograd_meta();
+    const bool written = meta.grad_written;
+    meta.grad_written = false;
     if (g.defined()) {
-      AutogradMeta& meta = leaf_->autograd_meta();
       Tensor incoming = g.dtype() == leaf.dtype() ? g : g.to(leaf.dtype());
       if (meta.grad && meta.grad->defined() && meta.grad_zero_pending) {
         // First gradient since zero_grad(): overwrite, in place (it may be a bucket view).
@@ -67,8 +71,10 @@ class AccumulateGrad : public Node {
       } else {
         meta.grad = std::make_shared<Tensor>(incoming.contiguous().clone());
       }
-      for (auto& hook : meta.grad_ready_hooks) hook(leaf);
+    } else if (!written) {
+      return {};
     }
+    for (auto& hook : meta.grad_ready_hooks) hook(leaf);
     return {};
   }
   std::string name() const override { return "AccumulateGrad"; }
@@ -120,6 +126,21 @@ void remove_backward_end_callback(uint64_t id) {
 }
 
 Node::Node() : sequence_nr(g_next_sequence_nr++) {}
+
+Tensor first_grad_buffer(const Tensor& leaf) {
+  if (!leaf.defined() || !leaf.requires_grad() || leaf.grad_fn()) return Tensor();
+  const AutogradMeta& meta = leaf.impl()->autograd_meta();
+  if (!meta.grad_zero_pending || !meta.grad || !meta.grad->defined() || !meta.grad->is_contiguous()) return Tensor();
+  return *meta.grad;
+}
+
+void mark_grad_written(const Tensor& leaf) {
+  AutogradMeta& meta = leaf.impl()->autograd_meta();
+  DPT_CHECK(meta.grad_zero_pending && !leaf.grad_fn(),
+            "mark_grad_written: the leaf's gradient was not awaiting its first write (first_grad_buffer)");
+  meta.grad_zero_pending = false;
+  meta.grad_written = true;
+}
 
 bool grad_mode_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
@@ -193,7 +214,7 @@ void run_backward(const Tensor& root, const Tensor& grad_root) {
     bool any = false;
     for (const auto& g : grads) any = any || g.defined();
     std::vector<Tensor> input_grads;
-    if (any) input_grads = node->apply(grads);
+    if (any || node->leaf_sink) input_grads = node->apply(grads);
     for (size_t i = 0; i < node->next_edges.size(); ++i) {
       const Edge& e = node->next_edges[i];
       if (!e.node) continue;

@@ -56,6 +56,16 @@ using BackwardFn = std::function<std::vector<Tensor>(const std::vector<Tensor>& 
 void record_op(const char* name, const std::vector<Tensor>& inputs, const std::vector<Tensor>& outputs,
                BackwardFn backward);
 
+// A backward function that forms the whole gradient of a leaf (a linear layer's dW) may write it straight
+// into leaf.grad when that buffer awaits its first gradient since zero_grad() (the deferred zeroing of
+// AutogradMeta), instead of returning it for AccumulateGrad to copy there: one pass over every such
+// gradient fewer a step. first_grad_buffer gives that buffer (contiguous, the leaf's shape and dtype;
+// undefined when the gradient must be returned as usual); an op that overwrote all of it calls
+// mark_grad_written and returns no gradient for that input. The leaf's AccumulateGrad still adds what
+// its other uses deliver and calls the grad-ready hooks once, when every use is done.
+Tensor first_grad_buffer(const Tensor& leaf);
+void mark_grad_written(const Tensor& leaf);
+
 // Runs the backward pass from `root` (gradient `grad_root`, which defaults to 1 for one element).
 void run_backward(const Tensor& root, const Tensor& grad_root);
 

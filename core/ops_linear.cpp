@@ -103,6 +103,7 @@ namespace ck = cuda_kernels;
 // What a fused forward keeps for backward. All detached; x is the [m, k] contiguous input.
 struct FusedSaved {
   Tensor x, weight, bias;
+  Tensor weight_leaf;     // W itself when it is a leaf: dW may go straight into its gradient buffer
   Tensor aux;             // GELU: pre-activation [m, n]; ReLU: bit mask (DRELU reads it); None: undefined
   Tensor out;             // ReLU only: the [m, n] output its elementwise backward reads. Other activations keep
                           // no reference to it, so a big output (a language-model head's logits) is freed as
@@ -175,21 +176,28 @@ Tensor pre_activation_grad(const FusedSaved& s, const Tensor& grad_out, Tensor* 
 
 // dW = dpre^T x through cuBLASLt (a plain GEMM when it refuses), and db = column sums of dpre from core's
 // reduction. cuBLASLt's BGRADB epilogue would fold db into the GEMM, but on Hopper it runs as a separate
-// kernel after the GEMM that re-reads dpre, so it is no saving over the reduction.
+// kernel after the GEMM that re-reads dpre, so it is no saving over the reduction. A first gradient since
+// zero_grad() is written straight into W's gradient buffer (core/autograd.h first_grad_buffer), the same
+// GEMM on the same operands: *gw then stays undefined.
 void param_grads(const FusedSaved& s, const Tensor& gpre, bool need_w, bool need_b, Tensor* gw, Tensor* gb) {
   if (s.provider) {
     s.provider->on_output_grad(gpre);
     return;
   }
   if (need_w) {
-    Tensor w = Tensor::empty({s.n, s.k}, s.weight.options());
     ck::LtGemmArgs args;
     args.m = s.n;
     args.n = s.k;
     args.k = s.m;
     args.transpose_a = true;
-    const bool lt = ck::gemm_lt_supported(gpre, s.x, w, args) && ck::gemm_lt(gpre, s.x, w, args);
-    *gw = lt ? w : matmul(gpre, s.x, true, false);
+    const Tensor into = first_grad_buffer(s.weight_leaf);
+    if (into.defined() && ck::gemm_lt_supported(gpre, s.x, into, args) && ck::gemm_lt(gpre, s.x, into, args)) {
+      mark_grad_written(s.weight_leaf);
+    } else {
+      Tensor w = Tensor::empty({s.n, s.k}, s.weight.options());
+      const bool lt = ck::gemm_lt_supported(gpre, s.x, w, args) && ck::gemm_lt(gpre, s.x, w, args);
+      *gw = lt ? w : matmul(gpre, s.x, true, false);
+    }
   }
   if (need_b && s.bias.defined()) *gb = sum(gpre, 0);
 }
@@ -283,6 +291,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   if (need_w) saved->provider = linear_grad_provider(weight);
+  if (need_w && !weight.grad_fn()) saved->weight_leaf = weight;
   if (saved->provider) saved->provider->on_input(saved->x);
   const Shape x_shape = x.shape();
   std::shared_ptr<Absorbable> producer = need_x ? find_absorbable(x) : nullptr;

@@ -117,10 +117,12 @@ void Tensor::set_grad(const Tensor& grad) const {
   AutogradMeta& meta = impl_->autograd_meta();
   meta.grad = grad.defined() ? std::make_shared<Tensor>(grad) : nullptr;
   meta.grad_zero_pending = false;
+  meta.grad_written = false;
 }
 
 void Tensor::zero_grad(bool set_to_none) const {
   if (!impl_->autograd || !impl_->autograd->grad) return;
+  impl_->autograd->grad_written = false;
   if (set_to_none) {
     impl_->autograd->grad.reset();
     impl_->autograd->grad_zero_pending = false;

@@ -28,6 +28,9 @@ struct AutogradMeta {
   // adding to it, and any read through Tensor::grad() zeroes it first. One copy instead of a fill and
   // an add per parameter and step (GPT-2: 148 kernel launches fewer).
   bool grad_zero_pending = false;
+  // Set by mark_grad_written (autograd.h) when an op's backward wrote this leaf's first gradient straight
+  // into `grad`; the leaf's AccumulateGrad then calls the hooks although autograd delivered nothing.
+  bool grad_written = false;
   std::shared_ptr<Node> grad_fn;          // the op that produced this tensor (null for leaves)
   uint32_t output_nr = 0;                 // which output of grad_fn this tensor is
   std::weak_ptr<Node> grad_accumulator;   // a leaf's AccumulateGrad node, shared by all its uses

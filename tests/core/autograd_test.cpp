@@ -102,6 +102,71 @@ TEST(Autograd, ZeroGradThenBackwardOverwritesWithoutReadingTheOldGradient) {
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{4, 5, 6}));
 }
 
+// An op that scales w by 3 and, in backward, writes its gradient straight into w's buffer when that buffer
+// awaits its first gradient (first_grad_buffer), returning it as usual otherwise.
+Tensor scale_writing_in_place(const Tensor& w, int* written) {
+  Tensor out = mul(w.detach(), 3.0);
+  record_op("ScaleWritingInPlace", {w}, {out}, [w, written](const std::vector<Tensor>& grads) {
+    Tensor g = mul(grads[0], 3.0);
+    Tensor into = first_grad_buffer(w);
+    if (!into.defined()) return std::vector<Tensor>{g};
+    into.copy_(g);
+    mark_grad_written(w);
+    ++*written;
+    return std::vector<Tensor>{Tensor()};
+  });
+  return out;
+}
+
+// An op's backward may write a leaf's first gradient since zero_grad() into its buffer itself: the
+// buffer (a bucket view) gets it, the other uses of the leaf add theirs, the hook fires once with the
+// final sum, and without a zero_grad in between the op returns its gradient and autograd accumulates.
+TEST(Autograd, AnOpMayWriteALeafsFirstGradientIntoItsBufferItself) {
+  Tensor w = leaf({1, 2, 3}, {3});
+  Tensor bucket = full({5}, 7.0, kF64);
+  Tensor view = make_view(bucket, {3}, {1}, 1);
+  w.set_grad(view);
+  int written = 0, hooks = 0;
+  std::vector<double> seen;
+  w.register_grad_ready_hook([&](const Tensor& leaf) {
+    ++hooks;
+    seen = leaf.grad().to_vector<double>();
+  });
+  // Nothing pending (set_grad installs the buffer as it is): the op returns its gradient.
+  sum(scale_writing_in_place(w, &written)).backward();
+  EXPECT_EQ(written, 0);
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 10, 10, 10, 7}));
+  // After zero_grad the op writes 3 into the buffer; the second use of w (w * w) adds 2w.
+  w.zero_grad();
+  sum(add(scale_writing_in_place(w, &written), mul(w, w))).backward();
+  EXPECT_EQ(written, 1);
+  EXPECT_EQ(hooks, 2);
+  EXPECT_EQ(seen, (std::vector<double>{5, 7, 9}));
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 5, 7, 9, 7}));
+  EXPECT_EQ(w.grad().data_ptr(), view.data_ptr());
+  // Used twice by the op itself: the first backward to run writes, the second returns its gradient.
+  w.zero_grad();
+  sum(add(scale_writing_in_place(w, &written), scale_writing_in_place(w, &written))).backward();
+  EXPECT_EQ(written, 2);
+  EXPECT_EQ(hooks, 3);
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 6, 6, 6, 7}));
+  // The op the only use of w: the hook still fires, with what the op wrote.
+  w.zero_grad();
+  sum(scale_writing_in_place(w, &written)).backward();
+  EXPECT_EQ(written, 3);
+  EXPECT_EQ(hooks, 4);
+  EXPECT_EQ(seen, (std::vector<double>{3, 3, 3}));
+  // No zero_grad in between: accumulated through autograd.
+  sum(scale_writing_in_place(w, &written)).backward();
+  EXPECT_EQ(written, 3);
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 6, 6, 6, 7}));
+  // Not a leaf, or no buffer yet: nothing to write into.
+  Tensor fresh = leaf({1}, {1});
+  EXPECT_FALSE(first_grad_buffer(fresh).defined());
+  EXPECT_FALSE(first_grad_buffer(mul(w, 1.0)).defined());
+  EXPECT_THROW(mark_grad_written(w), Error);
+}
+
 // Each op's saved tensors are released once its backward has run, as PyTorch does without
 // retain_graph: a loss the caller keeps (a training loop's `loss = step()`) pins no activation into the
 // next step, and a second backward through the graph is an error naming the op.

@@ -607,5 +607,77 @@ TEST_F(CudaLinearOp, ActivationBackwardSumsTheBiasGradientInTheSamePass) {
 #endif
 }
 
+// A weight's first gradient since zero_grad() goes straight from the GEMM into its gradient buffer (a view
+// of a bucket, core/autograd.h first_grad_buffer): bit for bit what the GEMM gives through a fresh tensor
+// (after zero_grad(set_to_none)), in the buffer installed, with its neighbours untouched and each hook
+// fired once. h feeds two linears that both absorb its ReLU's backward, so w1 and w2 each get two
+// contributions (one written, one added); a second backward without zero_grad accumulates. b3, used by
+// the second linear alone, is final right after that linear's backward: its hook sees the buffers of w1
+// and w2 written already, before their own AccumulateGrad has run.
+TEST_F(CudaLinearOp, FirstWeightGradientIsWrittenIntoItsBufferBitForBit) {
+  FusedSwitch on(true);
+  AbsorbSwitch relu(LinearAbsorb::Relu);
+  const Device gpu = Device::cuda(0);
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    SCOPED_TRACE(dtype_name(dtype));
+    auto on_gpu = [&](const Tensor& t) { return t.to(dtype).to(gpu); };
+    Tensor x = on_gpu(normal({4, 32, 64})), c = on_gpu(normal({4, 32, 64})), c2 = on_gpu(normal({4, 32, 64}));
+    Tensor w1 = on_gpu(mul(normal({128, 64}), 0.125)), b1 = on_gpu(mul(normal({128}), 0.125));
+    Tensor w2 = on_gpu(mul(normal({64, 128}), 0.09)), b2 = on_gpu(mul(normal({64}), 0.09));
+    Tensor b3 = on_gpu(mul(normal({64}), 0.09));
+    const std::vector<Tensor*> params{&w1, &b1, &w2, &b2, &b3};
+    for (Tensor* p : params) p->requires_grad_(true);
+    auto forward_backward = [&] {
+      Tensor h = linear(x, w1, b1, Activation::Relu);
+      Tensor y = linear(h, w2, b2);
+      Tensor y2 = linear(h, w2, b3);
+      sum(add(mul(y, c), mul(y2, c2))).backward();
+    };
+    auto grads = [&] {
+      std::vector<std::vector<double>> g;
+      for (Tensor* p : params) g.push_back(p->grad().to(Device::cpu()).to_vector<double>());
+      return g;
+    };
+    for (Tensor* p : params) p->zero_grad(/*set_to_none=*/true);
+    forward_backward();
+    const auto want = grads();
+    forward_backward();
+    const auto want_twice = grads();
+
+    const int64_t n1 = w1.numel(), n2 = w2.numel();
+    Tensor bucket = full({n1 + n2 + 16}, 7.0, TensorOptions{}.with_dtype(dtype).with_device(gpu));
+    Tensor v1 = make_view(bucket, w1.shape(), {64, 1}, 8), v2 = make_view(bucket, w2.shape(), {128, 1}, 8 + n1);
+    w1.set_grad(v1);
+    w2.set_grad(v2);
+    int hooks1 = 0, hooks2 = 0;
+    w1.register_grad_ready_hook([&](const Tensor&) { ++hooks1; });
+    w2.register_grad_ready_hook([&](const Tensor&) { ++hooks2; });
+    bool first = true, written_early = false;
+    b3.register_grad_ready_hook([&](const Tensor&) {
+      if (!first) return;
+      auto changed = [](const Tensor& v) {
+        const std::vector<double> values = v.to(Device::cpu()).to_vector<double>();
+        return std::any_of(values.begin(), values.end(), [](double e) { return e != 7.0; });
+      };
+      written_early = hooks1 == 0 && hooks2 == 0 && changed(v1) && changed(v2);
+    });
+    for (Tensor* p : params) p->zero_grad();
+    forward_backward();
+    first = false;
+    EXPECT_TRUE(written_early) << "w1 and w2's first gradients went through autograd, not into their buffers";
+    EXPECT_EQ(grads(), want);
+    EXPECT_EQ(w1.grad().data_ptr(), v1.data_ptr());
+    EXPECT_EQ(w2.grad().data_ptr(), v2.data_ptr());
+    EXPECT_EQ(hooks1, 1);
+    EXPECT_EQ(hooks2, 1);
+    forward_backward();
+    EXPECT_EQ(grads(), want_twice);
+    EXPECT_EQ(hooks1, 2);
+    EXPECT_EQ(hooks2, 2);
+    const std::vector<double> all = bucket.to(Device::cpu()).to_vector<double>();
+    for (int64_t i : {int64_t{0}, int64_t{7}, 8 + n1 + n2, n1 + n2 + 15}) EXPECT_EQ(all[static_cast<size_t>(i)], 7.0) << i;
+  }
+}
+
 }  // namespace
 }  // namespace dpt
