@@ -26,6 +26,38 @@ Tensor gemm_operand(const Tensor& x, bool* transposed) {
   }
   return detail::contiguous_data(d);
 }
+// op(a) @ op(b) into `out` ([batch..., m, n], contiguous): one GEMM, batched when either operand is.
+void product_into(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b, const Tensor& out) {
+  const int64_t m = out.size(-2), n = out.size(-1), k = transpose_a ? a.size(-2) : a.size(-1);
+  kernels::GemmArgs args;
+  args.batch = shape_numel(Shape(out.shape().begin(), out.shape().end() - 2));
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.transpose_a = transpose_a;
+  args.transpose_b = transpose_b;
+  Tensor a_data = gemm_operand(a, &args.transpose_a), b_data = gemm_operand(b, &args.transpose_b);
+  args.stride_a = a.dim() == 2 ? 0 : m * k;
+  args.stride_b = b.dim() == 2 ? 0 : k * n;
+  args.stride_c = m * n;
+  kernels::gemm(a_data, b_data, out, args);
+}
+
+// The gradient op(x) @ op(y) of an operand. For a 2-D leaf on the CPU whose buffer awaits its first
+// gradient since zero_grad() (core/autograd.h), the product is written there and nothing is returned.
+// Not on CUDA: cuBLAS may choose its kernel by the output's alignment, so a bucket view could change the
+// bits; there the fused linear writes in place (core/ops_linear.cpp), whose kernel choice ignores it.
+Tensor leaf_grad(const Tensor& leaf, const Tensor& x, const Tensor& y, bool transpose_x, bool transpose_y) {
+  if (x.dim() == 2 && y.dim() == 2 && !x.device().is_cuda()) {
+    const Tensor into = first_grad_buffer(leaf);
+    if (into.defined() && into.dtype() == x.dtype() && into.device() == x.device()) {
+      product_into(x, y, transpose_x, transpose_y, into);
+      mark_grad_written(leaf);
+      return Tensor();
+    }
+  }
+  return matmul(x, y, transpose_x, transpose_y);
+}
 }  // namespace
 
 Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose_b) {
@@ -49,38 +81,29 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a, bool transpose
   DPT_CHECK(batch_a == batch_b || batch_a.empty() || batch_b.empty(),
             "matmul: batch dims of {} and {} must match, or one operand must be 2-D", shape_str(a.shape()),
             shape_str(b.shape()));
-  Shape batch = batch_a.empty() ? batch_b : batch_a;
-  Shape out_shape = batch;
+  Shape out_shape = batch_a.empty() ? batch_b : batch_a;
   out_shape.push_back(m);
   out_shape.push_back(n);
-
-  kernels::GemmArgs args;
-  args.batch = shape_numel(batch);
-  args.m = m;
-  args.n = n;
-  args.k = ka;
-  args.transpose_a = transpose_a;
-  args.transpose_b = transpose_b;
-  Tensor a_data = gemm_operand(a, &args.transpose_a), b_data = gemm_operand(b, &args.transpose_b);
-  args.stride_a = batch_a.empty() ? 0 : m * ka;
-  args.stride_b = batch_b.empty() ? 0 : ka * n;
-  args.stride_c = m * n;
   Tensor out = detail::empty_as(a, out_shape);
-  kernels::gemm(a_data, b_data, out, args);
+  product_into(a, b, transpose_a, transpose_b, out);
 
   bool need_a = a.requires_grad(), need_b = b.requires_grad();
   Tensor sa = a.detach(), sb = b.detach();
+  // The operands themselves where they are leaves: a 2-D one's gradient may go straight into its buffer.
+  Tensor leaf_a = need_a && !a.grad_fn() ? a : Tensor(), leaf_b = need_b && !b.grad_fn() ? b : Tensor();
   record_op("MatmulBackward", {a, b}, {out},
-            [sa, sb, transpose_a, transpose_b, need_a, need_b](const std::vector<Tensor>& grads) {
+            [sa, sb, leaf_a, leaf_b, transpose_a, transpose_b, need_a, need_b](const std::vector<Tensor>& grads) {
               const Tensor& g = grads[0];
               Tensor ga, gb;
               if (need_a) {
-                ga = transpose_a ? matmul(sb, g, transpose_b, true) : matmul(g, sb, false, !transpose_b);
-                ga = sum_to_shape(ga, sa.shape());
+                ga = transpose_a ? leaf_grad(leaf_a, sb, g, transpose_b, true)
+                                 : leaf_grad(leaf_a, g, sb, false, !transpose_b);
+                if (ga.defined()) ga = sum_to_shape(ga, sa.shape());
               }
               if (need_b) {
-                gb = transpose_b ? matmul(g, sa, true, transpose_a) : matmul(sa, g, !transpose_a, false);
-                gb = sum_to_shape(gb, sb.shape());
+                gb = transpose_b ? leaf_grad(leaf_b, g, sa, true, transpose_a)
+                                 : leaf_grad(leaf_b, sa, g, !transpose_a, false);
+                if (gb.defined()) gb = sum_to_shape(gb, sb.shape());
               }
               return std::vector<Tensor>{ga, gb};
             });

@@ -195,6 +195,56 @@ TEST_F(LinearOp, KnownAnswersForEachActivation) {
   EXPECT_EQ(row.to_vector<double>(), (std::vector<double>{0, 2}));
 }
 
+// A weight's first gradient since zero_grad() is written by the matmul's backward straight into its
+// gradient buffer (core/autograd.h first_grad_buffer): bit for bit what autograd delivers otherwise, in
+// the buffer installed (a bucket view), neighbours untouched, the hook fired once. w has two uses: the one
+// whose backward runs first writes, the other's contribution is added; x is final right after the first,
+// and its hook sees w's buffer written already. A second backward without zero_grad accumulates.
+TEST_F(LinearOp, FirstWeightGradientIsWrittenIntoItsBufferOnCpu) {
+  const TensorOptions f32 = TensorOptions{}.with_dtype(DType::Float32);
+  Tensor x = normal({4, 8, 16}, f32), x2 = normal({4, 8, 16}, f32), c = normal({4, 8, 24}, f32);
+  Tensor w = mul(normal({24, 16}, f32), 0.25), b = normal({24}, f32);
+  for (Tensor* p : {&x, &w, &b}) p->requires_grad_(true);
+  auto forward_backward = [&] {
+    Tensor other = linear(x2, w, Tensor());  // created first: its backward runs last
+    Tensor y = linear(x, w, b, Activation::Relu);
+    sum(add(mul(y, c), mul(other, c))).backward();
+  };
+  auto grads = [&] {
+    std::vector<std::vector<double>> g;
+    for (Tensor* p : {&x, &w, &b}) g.push_back(p->grad().to_vector<double>());
+    return g;
+  };
+  forward_backward();
+  const auto want = grads();
+  forward_backward();
+  const auto want_twice = grads();
+
+  Tensor bucket = full({w.numel() + 8}, 7.0, f32);
+  Tensor view = make_view(bucket, w.shape(), {16, 1}, 4);
+  w.set_grad(view);
+  int hooks = 0;
+  bool first = true, written_early = false;
+  w.register_grad_ready_hook([&](const Tensor&) { ++hooks; });
+  x.register_grad_ready_hook([&](const Tensor&) {
+    if (!first) return;
+    const std::vector<double> v = view.to_vector<double>();
+    written_early = hooks == 0 && std::any_of(v.begin(), v.end(), [](double e) { return e != 7.0; });
+  });
+  for (Tensor* p : {&x, &w, &b}) p->zero_grad();
+  forward_backward();
+  first = false;
+  EXPECT_TRUE(written_early) << "w's first gradient went through autograd, not into its buffer";
+  EXPECT_EQ(grads(), want);
+  EXPECT_EQ(w.grad().data_ptr(), view.data_ptr());
+  EXPECT_EQ(hooks, 1);
+  forward_backward();
+  EXPECT_EQ(grads(), want_twice);
+  EXPECT_EQ(hooks, 2);
+  const std::vector<double> all = bucket.to_vector<double>();
+  for (size_t i : {size_t{0}, size_t{3}, all.size() - 4, all.size() - 1}) EXPECT_EQ(all[i], 7.0) << i;
+}
+
 TEST_F(LinearOp, CpuIsBitIdenticalToTheComposition) {
   const TensorOptions f32 = TensorOptions{}.with_dtype(DType::Float32);
   for (Activation act : {Activation::None, Activation::Gelu, Activation::Relu}) {
