@@ -46,6 +46,6 @@
 
 // Data parallelism: the launcher's environment, process groups, DDP, the sharding sampler.
 #include "distributed/ddp.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "distributed/sampler.h"
 #include "rendezvous/env.h"

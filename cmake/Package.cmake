@@ -7,10 +7,10 @@ include(CMakePackageConfigHelpers)
 
 # dptrain::dptrain: every library of the project (what dptrain.h includes).
 add_library(dptrain INTERFACE)
-target_link_libraries(dptrain INTERFACE dpt_core dpt_layers dpt_optim dpt_rendezvous dpt_distributed dpt_data)
+target_link_libraries(dptrain INTERFACE dpt_core dpt_layers dpt_optim dpt_rendezvous dpt_collectives dpt_distributed dpt_data)
 add_library(dptrain::dptrain ALIAS dptrain)
 
-set(_dpt_libraries dpt_core dpt_layers dpt_optim dpt_rendezvous dpt_distributed dpt_data)
+set(_dpt_libraries dpt_core dpt_layers dpt_optim dpt_rendezvous dpt_collectives dpt_distributed dpt_data)
 foreach(_lib ${_dpt_libraries})
   string(REGEX REPLACE "^dpt_" "" _short ${_lib})
   set_target_properties(${_lib} PROPERTIES EXPORT_NAME ${_short})  # dptrain::core, dptrain::layers, ...
@@ -27,7 +27,7 @@ install(EXPORT dptrainTargets NAMESPACE dptrain:: DESTINATION ${CMAKE_INSTALL_LI
 
 # Headers keep the source layout under include/dptrain, so "core/tensor.h" means the same in both.
 install(FILES ${PROJECT_SOURCE_DIR}/dptrain.h DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dptrain)
-foreach(_folder core layers optim rendezvous distributed data)
+foreach(_folder core layers optim rendezvous collectives distributed data)
   install(DIRECTORY ${PROJECT_SOURCE_DIR}/${_folder}/ DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/dptrain/${_folder}
           FILES_MATCHING PATTERN "*.h" PATTERN "*.inc" PATTERN "*.cuh" PATTERN "corpus" EXCLUDE PATTERN "gpt2" EXCLUDE)
 endforeach()

@@ -31,7 +31,7 @@
 #include "core/tensor.h"
 #include "distributed/bucket_exchange.h"
 #include "distributed/grad_bucket.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "layers/module.h"
 
 namespace dpt::dist {

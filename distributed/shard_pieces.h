@@ -18,7 +18,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {

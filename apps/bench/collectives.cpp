@@ -9,7 +9,7 @@
 // with CUDA events on the caller's stream for NCCL (each run is issued, then waited on by the stream)
 // and with the host clock for Gloo. Like torch.distributed's default (async_op=False), the timed
 // collectives run on the caller's stream; --async-op on times them on the communication stream, with
-// the two event hops an overlapped collective pays (distributed/process_group.h). algbw = S / t; busbw = algbw × factor, with the nccl-tests factors:
+// the two event hops an overlapped collective pays (collectives/process_group.h). algbw = S / t; busbw = algbw × factor, with the nccl-tests factors:
 // allreduce 2(n−1)/n, allgather and reduce-scatter (n−1)/n, broadcast 1.
 //
 // Correctness: after timing, each (op, size) runs once more on inputs whose exact result is small
@@ -31,7 +31,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "subcommand.h"
 
 #ifdef DPT_HAVE_CUDA

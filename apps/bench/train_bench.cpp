@@ -22,7 +22,7 @@
 #include "distributed/data_parallel.h"
 #include "distributed/ddp.h"
 #include "distributed/gathered_linear_zero.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "json_line.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"

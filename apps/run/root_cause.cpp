@@ -4,7 +4,7 @@ namespace dpt::run {
 
 bool lost_a_peer(const std::string& message) {
   // Phrases of Gloo's transport, our Gloo and NCCL backends and the store when the other side is gone
-  // or silent; see distributed/gloo_backend.cpp, nccl_backend.cpp and tcp_store.cpp.
+  // or silent; see collectives/gloo_backend.cpp and nccl_backend.cpp, and rendezvous/tcp_store.cpp.
   static const char* const kMarkers[] = {
       "Connection closed by peer",
       "Connection reset by peer",

@@ -16,7 +16,7 @@
 #include "data/loader.h"
 #include "data_factory.h"
 #include "distributed/ddp.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "distributed/sharded_optimizer.h"
 #include "metrics_log.h"
 #include "model_factory.h"

@@ -1,9 +1,9 @@
-// distributed/gloo_store.h: Gloo's view of the TCP rendezvous store keeps the store's values and timeouts.
+// collectives/gloo_store.h: Gloo's view of the TCP rendezvous store keeps the store's values and timeouts.
 #include <gtest/gtest.h>
 
 #include <chrono>
 
-#include "distributed/gloo_store.h"
+#include "collectives/gloo_store.h"
 #include "rendezvous/store.h"
 
 namespace dpt::dist {

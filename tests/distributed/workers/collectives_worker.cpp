@@ -19,7 +19,7 @@
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 
 using namespace dpt;
 using namespace dpt::dist;

@@ -30,7 +30,7 @@
 #include "distributed/ddp.h"
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/overlapped_optimizer.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "distributed/sharded_exchange.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/gpt.h"

@@ -33,7 +33,7 @@
 #include "core/factory.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 #include "layers/losses.h"
 #include "layers/mlp.h"
 #include "optim/adam.h"

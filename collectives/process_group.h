@@ -23,8 +23,8 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/backend.h"
-#include "distributed/work.h"
+#include "collectives/backend.h"
+#include "collectives/work.h"
 #include "rendezvous/env.h"
 #include "rendezvous/store.h"
 

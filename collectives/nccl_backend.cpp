@@ -25,7 +25,7 @@
 // its Work can be waited on by streams but not asked about from the host. Each replay runs the captured
 // collectives again; the watchdog cannot see those (NCCL's own ncclCommAbort still stops them if
 // another operation fails), so a graph is replayed only by a program whose ranks replay in step.
-#include "distributed/backend.h"
+#include "collectives/backend.h"
 
 #ifndef DPT_HAVE_CUDA
 
@@ -54,7 +54,7 @@ std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Store>, int, int, con
 #include "core/flags.h"
 #include "core/cuda_runtime.h"
 #include "core/cuda/stream.h"
-#include "distributed/nccl_check.h"
+#include "collectives/nccl_check.h"
 
 namespace dpt::dist {
 namespace {

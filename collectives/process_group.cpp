@@ -1,4 +1,4 @@
-#include "distributed/process_group.h"
+#include "collectives/process_group.h"
 
 #include <algorithm>
 #include <cstdlib>

@@ -1,4 +1,4 @@
-#include "distributed/gloo_store.h"
+#include "collectives/gloo_store.h"
 
 namespace dpt::dist {
 

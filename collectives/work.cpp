@@ -1,4 +1,4 @@
-#include "distributed/work.h"
+#include "collectives/work.h"
 
 namespace dpt::dist {
 

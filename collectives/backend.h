@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "core/tensor.h"
-#include "distributed/work.h"
+#include "collectives/work.h"
 #include "rendezvous/store.h"
 
 namespace dpt::dist {

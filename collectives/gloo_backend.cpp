@@ -30,8 +30,8 @@
 
 #include "core/bfloat16.h"
 #include "core/float16.h"
-#include "distributed/backend.h"
-#include "distributed/gloo_store.h"
+#include "collectives/backend.h"
+#include "collectives/gloo_store.h"
 
 namespace dpt::dist {
 namespace {
