@@ -45,7 +45,7 @@
 #include "data/token_file.h"
 
 // Data parallelism: the launcher's environment, process groups, DDP, the sharding sampler.
-#include "distributed/ddp.h"
 #include "collectives/process_group.h"
+#include "distributed/ddp.h"
 #include "distributed/sampler.h"
 #include "rendezvous/env.h"

@@ -8,8 +8,8 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
 #include "collectives/work.h"
+#include "core/tensor.h"
 #include "rendezvous/store.h"
 
 namespace dpt::dist {

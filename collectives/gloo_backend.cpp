@@ -28,10 +28,10 @@
 #include <thread>
 #include <vector>
 
-#include "core/bfloat16.h"
-#include "core/float16.h"
 #include "collectives/backend.h"
 #include "collectives/gloo_store.h"
+#include "core/bfloat16.h"
+#include "core/float16.h"
 
 namespace dpt::dist {
 namespace {

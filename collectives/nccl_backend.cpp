@@ -49,12 +49,12 @@ std::shared_ptr<Backend> make_nccl_backend(std::shared_ptr<Store>, int, int, con
 #include <deque>
 #include <thread>
 
+#include "collectives/nccl_check.h"
 #include "core/cuda/check.h"
+#include "core/cuda/stream.h"
+#include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/flags.h"
-#include "core/cuda_runtime.h"
-#include "core/cuda/stream.h"
-#include "collectives/nccl_check.h"
 
 namespace dpt::dist {
 namespace {

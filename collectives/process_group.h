@@ -22,9 +22,9 @@
 #include <string>
 #include <vector>
 
-#include "core/tensor.h"
 #include "collectives/backend.h"
 #include "collectives/work.h"
+#include "core/tensor.h"
 #include "rendezvous/env.h"
 #include "rendezvous/store.h"
 

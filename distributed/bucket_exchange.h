@@ -10,9 +10,9 @@
 #include <string>
 #include <vector>
 
+#include "collectives/process_group.h"
 #include "core/tensor.h"
 #include "distributed/grad_bucket.h"
-#include "collectives/process_group.h"
 #include "layers/module.h"
 
 namespace dpt::dist {

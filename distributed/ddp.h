@@ -27,11 +27,11 @@
 #include <string>
 #include <vector>
 
+#include "collectives/process_group.h"
 #include "core/device_stream.h"
 #include "core/tensor.h"
 #include "distributed/bucket_exchange.h"
 #include "distributed/grad_bucket.h"
-#include "collectives/process_group.h"
 #include "layers/module.h"
 
 namespace dpt::dist {

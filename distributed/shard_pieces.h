@@ -17,8 +17,8 @@
 #include <utility>
 #include <vector>
 
-#include "core/tensor.h"
 #include "collectives/process_group.h"
+#include "core/tensor.h"
 #include "optim/optimizer.h"
 
 namespace dpt::dist {

@@ -9,8 +9,8 @@
 // with CUDA events on the caller's stream for NCCL (each run is issued, then waited on by the stream)
 // and with the host clock for Gloo. Like torch.distributed's default (async_op=False), the timed
 // collectives run on the caller's stream; --async-op on times them on the communication stream, with
-// the two event hops an overlapped collective pays (collectives/process_group.h). algbw = S / t; busbw = algbw × factor, with the nccl-tests factors:
-// allreduce 2(n−1)/n, allgather and reduce-scatter (n−1)/n, broadcast 1.
+// the two event hops an overlapped collective pays (collectives/process_group.h). algbw = S / t; busbw = algbw ×
+// factor, with the nccl-tests factors: allreduce 2(n−1)/n, allgather and reduce-scatter (n−1)/n, broadcast 1.
 //
 // Correctness: after timing, each (op, size) runs once more on inputs whose exact result is small
 // integers, so it does not depend on the order of summation, and every element is compared exactly
@@ -26,12 +26,12 @@
 #include <vector>
 
 #include "bench_util.h"
+#include "collectives/process_group.h"
 #include "command_line.h"
 #include "core/bfloat16.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
 #include "core/tensor.h"
-#include "collectives/process_group.h"
 #include "subcommand.h"
 
 #ifdef DPT_HAVE_CUDA

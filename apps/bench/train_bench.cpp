@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "collectives/process_group.h"
 #include "command_line.h"
 #include "config.h"
 #include "core/autograd.h"
@@ -22,7 +23,6 @@
 #include "distributed/data_parallel.h"
 #include "distributed/ddp.h"
 #include "distributed/gathered_linear_zero.h"
-#include "collectives/process_group.h"
 #include "json_line.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"

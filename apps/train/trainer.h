@@ -10,13 +10,13 @@
 #include <optional>
 #include <string>
 
+#include "collectives/process_group.h"
 #include "config.h"
 #include "core/factory.h"
 #include "core/host_readback.h"
 #include "data/loader.h"
 #include "data_factory.h"
 #include "distributed/ddp.h"
-#include "collectives/process_group.h"
 #include "distributed/sharded_optimizer.h"
 #include "metrics_log.h"
 #include "model_factory.h"

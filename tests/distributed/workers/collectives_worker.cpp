@@ -14,12 +14,12 @@
 #include <unistd.h>
 #include <vector>
 
+#include "collectives/process_group.h"
 #include "core/bfloat16.h"
-#include "core/float16.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "core/float16.h"
 #include "core/tensor.h"
-#include "collectives/process_group.h"
 
 using namespace dpt;
 using namespace dpt::dist;

@@ -21,6 +21,7 @@
 #include <memory>
 #include <string>
 
+#include "collectives/process_group.h"
 #include "core/autograd.h"
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -30,7 +31,6 @@
 #include "distributed/ddp.h"
 #include "distributed/gathered_linear_zero.h"
 #include "distributed/overlapped_optimizer.h"
-#include "collectives/process_group.h"
 #include "distributed/sharded_exchange.h"
 #include "distributed/zero_optimizer.h"
 #include "layers/gpt.h"

@@ -29,11 +29,11 @@
 #include <string>
 #include <thread>
 
+#include "collectives/process_group.h"
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/ops.h"
 #include "distributed/ddp.h"
-#include "collectives/process_group.h"
 #include "layers/losses.h"
 #include "layers/mlp.h"
 #include "optim/adam.h"
