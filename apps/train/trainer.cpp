@@ -11,8 +11,10 @@
 //   6. logging, evaluation and checkpoints at their intervals
 // Parts 3 to 5 are decided on the device where they can be (optim/step_outcome.h: the norm, the clip
 // factor, the skip and the agreement stay there, and the update reads them), so the host launches step
-// k + 1 before it reads step k's loss and the device never waits for it. Only fp16 loss scaling decides on
-// the host. Under training.cuda_graph, part 2 (one micro-batch) is replayed from a CUDA graph after
+// k + 1 before it reads step k's loss and the device never waits for it. The agreement's sum over ranks
+// (loss and stop; a non-finite loss anywhere makes the sum non-finite) is launched once the last forward has
+// run, behind backward's compute, not after it. Only fp16 loss scaling decides on the host. Under
+// training.cuda_graph, part 2 (one micro-batch, the agreement with it) is replayed from a CUDA graph after
 // kEagerSteps eager steps (apps/train/step_graph.h); everything else is the same code.
 #include "trainer.h"
 
@@ -69,17 +71,34 @@ Tensor Trainer::forward_backward(int64_t step) {
       loss_sum = step_graph_->run(batch).detach();
       continue;
     }
+    const bool last = micro + 1 == accum;
     std::optional<dist::DistributedDataParallel::NoSyncGuard> no_sync;
-    if (ddp_ && micro + 1 < accum) no_sync.emplace(*ddp_);
+    if (ddp_ && !last) no_sync.emplace(*ddp_);
     Tensor loss = model_->loss(batch, compute_);
+    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+    if (last) agree(loss_sum, accum);
     // Under fp16 backward starts from loss * loss scale (optim/loss_scaler.h); the identity otherwise.
     mixed_->scale_loss(accum > 1 ? loss * (1.0 / static_cast<double>(accum)) : loss).backward();
-    loss_sum = loss_sum.defined() ? loss_sum + loss.detach() : loss.detach();
+    if (last) await_agreement();
   }
   return loss_sum;
 }
 
-void Trainer::decide_on_device(const Tensor& loss_sum, HostReadback& readback) {
+void Trainer::agree(const Tensor& loss_sum, int64_t micro_batches) {
+  if (!decides_on_device()) return;
+  agreed_ = optim::step_agreement(loss_sum, micro_batches, stop_flag_.get());
+  // Launched before backward, so its latency hides behind backward's compute (every rank launches it at
+  // the same point, ahead of DDP's bucket collectives).
+  if (group_) agreement_ = group_->allreduce(agreed_, dist::ReduceOp::Sum);
+}
+
+void Trainer::await_agreement() {
+  if (!agreement_) return;
+  agreement_->wait();  // on a GPU the stream waits, not the host
+  agreement_.reset();
+}
+
+void Trainer::decide_on_device(HostReadback& readback) {
   Tensor sum_of_squares;
   if (sharded_) {
     // Sharded, the update reads this rank's averaged (bf16 or float32) gradients themselves, and each rank
@@ -92,11 +111,9 @@ void Trainer::decide_on_device(const Tensor& loss_sum, HostReadback& readback) {
     for (const auto& [name, t] : mixed_->gradient_params()) with_grads.push_back(t);
     sum_of_squares = optim::grad_sum_of_squares(with_grads, device_);
   }
-  Tensor outcome = optim::step_outcome(loss_sum, config_.training.grad_accum, sum_of_squares,
-                                       config_.training.grad_clip, stop_signal() != 0);
-  // Loss, stop and skip summed over ranks, on the device: every rank's update reads the same skip. (The
-  // norm, and so the clip factor, is the same on every rank already.)
-  if (group_) group_->allreduce(outcome.slice(0, optim::kStepSummed), dist::ReduceOp::Sum)->wait();
+  // From the loss and stop summed over ranks and a norm every rank computed alike: every rank's update reads
+  // the same skip and clip factor.
+  Tensor outcome = optim::step_outcome(agreed_, sum_of_squares, config_.training.grad_clip);
   optimizer().set_gate(outcome.slice(optim::kStepSkip, optim::kGradScale + 1));
   // A skip leaves parameters, optimizer state and its step count untouched.
   if (sharded_) {
@@ -154,10 +171,11 @@ Trainer::LaunchedStep Trainer::launch_step(int64_t step) {
   launched.launched_at = now_seconds();
   launched.lr = schedule_->lr(step);
   optimizer().set_lr(launched.lr);
+  if (stop_flag_) *stop_flag_ = stop_signal() != 0 ? 1.0 : 0.0;
   const Tensor loss_sum = forward_backward(step);
   if (decides_on_device()) {
     launched.readback = readbacks_[static_cast<size_t>(step % 2)].get();
-    decide_on_device(loss_sum, *launched.readback);
+    decide_on_device(*launched.readback);
   } else {
     launched.result = decide_on_host(loss_sum);
   }

@@ -88,7 +88,11 @@ class Trainer {
   LaunchedStep launch_step(int64_t step);
   Tensor forward_backward(int64_t step);  // the micro-batches; returns their summed loss, on the device
   bool decides_on_device() const;
-  void decide_on_device(const Tensor& loss_sum, HostReadback& readback);
+  // The agreement (optim/step_outcome.h) of the step whose forward made `loss_sum`, summed over ranks behind
+  // the backward that follows; await_agreement() after that backward. Decided on the device only.
+  void agree(const Tensor& loss_sum, int64_t micro_batches);
+  void await_agreement();
+  void decide_on_device(HostReadback& readback);
   StepResult decide_on_host(const Tensor& loss_sum);  // fp16 loss scaling
   // Reads the step's result (waiting for the device, if it decided) and acts on it: the log line and,
   // for a skipped step, a warning and the bad-step count (throwing past training.max_bad_steps). Returns
@@ -96,6 +100,11 @@ class Trainer {
   int complete(const LaunchedStep& launched);
   // Two, for a step's outcome to arrive while the next step's is copied.
   std::array<std::unique_ptr<HostReadback>, 2> readbacks_;
+  // This process's stop request as the device reads it when it computes the agreement: page-locked on a GPU,
+  // so a replayed graph reads each step's value.
+  std::unique_ptr<double, void (*)(double*)> stop_flag_{nullptr, nullptr};
+  Tensor agreed_;                        // the current step's agreement (a replayed graph rewrites it)
+  std::shared_ptr<dist::Work> agreement_;  // its sum over ranks, in flight during backward
   double last_completed_at_ = 0;
   // The mean validation loss over eval.batches (NaN without validation data) and, for classifiers, the
   // fraction of those examples whose largest logit is their label (-1 otherwise); over all ranks.

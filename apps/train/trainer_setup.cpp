@@ -357,6 +357,12 @@ void Trainer::setup_optimizer() {
   }
   if (decides_on_device()) {
     for (auto& readback : readbacks_) readback = std::make_unique<HostReadback>(device_, optim::kStepOutcomeSize);
+    if (device_.is_cuda()) {
+      stop_flag_ = {static_cast<double*>(cuda::allocate_pinned(sizeof(double))), [](double* p) { cuda::free_pinned(p); }};
+    } else {
+      stop_flag_ = {new double, [](double* p) { delete p; }};
+    }
+    *stop_flag_ = 0;
   }
   graph_choice_ = choose_cuda_graph();
   if (graph_choice_.rfind("replayed", 0) == 0) {
@@ -365,7 +371,9 @@ void Trainer::setup_optimizer() {
         [this](const data::Batch& batch) {
           model_->module()->zero_grad();
           Tensor loss = model_->loss(batch, compute_);
+          agree(loss.detach(), 1);  // the graph sums the agreement over ranks too, reading the stop flag afresh
           mixed_->scale_loss(loss).backward();
+          await_agreement();
           return loss;
         },
         gen_);

@@ -416,13 +416,17 @@ std::vector<const __nv_bfloat16*> as_bf16(const std::vector<const void*>& tensor
   return typed;
 }
 
-__global__ void step_outcome_kernel(const float* loss_sum, int64_t micro_batches, const double* sum_of_squares,
-                                    double max_norm, double stop, double* out) {
-  const double loss = static_cast<double>(*loss_sum) / static_cast<double>(micro_batches);
+__global__ void step_agreement_kernel(const float* loss_sum, int64_t micro_batches, const double* stop, double* out) {
+  out[0] = static_cast<double>(*loss_sum) / static_cast<double>(micro_batches);
+  out[1] = *stop;
+}
+
+__global__ void step_outcome_kernel(const double* agreed, const double* sum_of_squares, double max_norm, double* out) {
+  const double loss = agreed[0];
   const double norm = sqrt(*sum_of_squares);
   const bool finite_norm = isfinite(norm);
   out[0] = loss;
-  out[1] = stop;
+  out[1] = agreed[1];
   out[2] = isfinite(loss) && finite_norm ? 0.0 : 1.0;
   // optim/grad_clip.cpp clip_factor, the same double arithmetic.
   out[3] = finite_norm && max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
@@ -474,10 +478,13 @@ double sum_of_squares_bf16(const std::vector<const void*>& tensors, const std::v
   return sum_of_squares_now({}, {}, tensors, sizes);
 }
 
-void step_outcome(const float* loss_sum, int64_t micro_batches, const double* sum_of_squares, double max_norm,
-                  double stop, double* out) {
-  step_outcome_kernel<<<1, 1, 0, dpt::cuda::current_stream()>>>(loss_sum, micro_batches, sum_of_squares, max_norm, stop,
-                                                                out);
+void step_agreement(const float* loss_sum, int64_t micro_batches, const double* stop, double* out) {
+  step_agreement_kernel<<<1, 1, 0, dpt::cuda::current_stream()>>>(loss_sum, micro_batches, stop, out);
+  DPT_CUDA_CHECK(cudaGetLastError());
+}
+
+void step_outcome(const double* agreed, const double* sum_of_squares, double max_norm, double* out) {
+  step_outcome_kernel<<<1, 1, 0, dpt::cuda::current_stream()>>>(agreed, sum_of_squares, max_norm, out);
   DPT_CUDA_CHECK(cudaGetLastError());
 }
 

@@ -58,12 +58,15 @@ double sum_of_squares_bf16(const std::vector<const void*>& tensors, const std::v
 void sum_of_squares_into(const std::vector<const float*>& tensors, const std::vector<int64_t>& sizes,
                          const std::vector<const void*>& tensors_bf16, const std::vector<int64_t>& sizes_bf16,
                          double* out);
-// A training step's outcome from its summed loss and squared gradient norm, in device memory (float64
-// out[5] = {loss, stop, bad, gradient scale, gradient norm}; optim/step_outcome.h): loss = *loss_sum /
-// micro_batches, norm = sqrt(*sum_of_squares), bad = 1 when either is not finite, scale = clip_factor(norm,
-// max_norm). One thread.
-void step_outcome(const float* loss_sum, int64_t micro_batches, const double* sum_of_squares, double max_norm,
-                  double stop, double* out);
+// A training step's agreement, what ranks sum (float64 out[2] = {loss, stop}; optim/step_outcome.h):
+// loss = *loss_sum / micro_batches, stop = *stop, read when the kernel runs (`stop` may be page-locked host
+// memory). One thread.
+void step_agreement(const float* loss_sum, int64_t micro_batches, const double* stop, double* out);
+// A training step's outcome from its agreement and squared gradient norm, in device memory (float64
+// out[5] = {loss, stop, bad, gradient scale, gradient norm}): loss and stop as agreed, norm =
+// sqrt(*sum_of_squares), bad = 1 when the loss or the norm is not finite, scale = clip_factor(norm, max_norm).
+// One thread.
+void step_outcome(const double* agreed, const double* sum_of_squares, double max_norm, double* out);
 // x *= factor for every tensor.
 void scale(const std::vector<float*>& tensors, const std::vector<int64_t>& sizes, float factor);
 

@@ -10,6 +10,7 @@
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "core/host_readback.h"
+#include "core/ops.h"
 #include "optim/adam.h"
 #include "optim/grad_clip.h"
 #include "optim/step_outcome.h"
@@ -151,9 +152,20 @@ std::vector<Tensor> known_grads(Device device, double last = 12) {
 std::vector<double> outcome_of(Device device, float loss_sum, double last_grad, double max_norm, bool stop) {
   const Tensor loss = from_vector<float>({loss_sum}, {1}).to(device);
   const Tensor sum_squares = grad_sum_of_squares(known_grads(device, last_grad), device);
-  const Tensor outcome = step_outcome(loss, 4, sum_squares, max_norm, stop);
+  // The stop flag as a trainer keeps it: page-locked host memory on a GPU, which the device reads.
+  double* flag = device.is_cuda() ? static_cast<double*>(cuda::allocate_pinned(sizeof(double))) : new double;
+  *flag = stop ? 1 : 0;
+  const Tensor agreed = step_agreement(loss, 4, flag);
+  EXPECT_EQ(agreed.device(), device);
+  const Tensor outcome = step_outcome(agreed, sum_squares, max_norm);
   EXPECT_EQ(outcome.device(), device);
-  return outcome.to(Device::cpu()).to_vector<double>();
+  std::vector<double> values = outcome.to(Device::cpu()).to_vector<double>();  // waits for the device
+  if (device.is_cuda()) {
+    cuda::free_pinned(flag);
+  } else {
+    delete flag;
+  }
+  return values;
 }
 
 void outcome_has_known_answers(Device device) {
@@ -173,6 +185,21 @@ void outcome_has_known_answers(Device device) {
   EXPECT_EQ(v[kStepSkip], 1) << "an infinite gradient skips the step";
   EXPECT_EQ(v[kGradNorm], inf);
   EXPECT_EQ(v[kGradScale], 1) << "a non-finite norm is not clipped (the step is skipped)";
+}
+
+// Ranks sum their agreements before the outcome: one rank's NaN loss or stop request reaches every rank.
+TEST(StepOutcome, OneRanksNonFiniteLossOrStopReachesTheSummedOutcome) {
+  const Device cpu = Device::cpu();
+  double no = 0, yes = 1;
+  const Tensor sum_squares = grad_sum_of_squares(known_grads(cpu), cpu);
+  const Tensor fine = step_agreement(from_vector<float>({6}, {1}), 4, &no);
+  const Tensor nan = step_agreement(from_vector<float>({std::numeric_limits<float>::quiet_NaN()}, {1}), 4, &no);
+  const Tensor stopping = step_agreement(from_vector<float>({2}, {1}), 4, &yes);
+  std::vector<double> v = step_outcome(fine + stopping, sum_squares, 0).to_vector<double>();
+  EXPECT_EQ(v, (std::vector<double>{2.0, 1, 0, 1, 13})) << "loss 1.5 + 0.5, one rank's stop";
+  v = step_outcome(fine + nan, sum_squares, 0).to_vector<double>();
+  EXPECT_TRUE(std::isnan(v[kStepLoss]));
+  EXPECT_EQ(v[kStepSkip], 1) << "one rank's NaN loss skips the step everywhere";
 }
 
 TEST(StepOutcome, LossNormSkipAndClipFactorHaveTheirKnownValuesOnCpu) { outcome_has_known_answers(Device::cpu()); }
