@@ -1,7 +1,7 @@
 #pragma once
 // training.cuda_graph: a step's forward and backward (and, under DDP, the AllReduces its gradient hooks
-// launch) captured once into a CUDA graph and replayed every later step, so the host enqueues one
-// launch instead of hundreds of kernels. The optimizer, clipping, the non-finite check and the learning
+// launch and the ranks' agreement on loss and stop) captured once into a CUDA graph and replayed every
+// later step, so the host enqueues one launch instead of hundreds of kernels. The optimizer, clipping, the non-finite check and the learning
 // rate stay outside, eager: they read values on the host, which a replay could not.
 //
 // What a replay needs to equal an eager step:
