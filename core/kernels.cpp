@@ -62,6 +62,9 @@ void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
 void embedding_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_weight) {
   DPT_KERNEL_DISPATCH(grad_weight.device(), embedding_backward, grad_out, indices, grad_weight);
 }
+void gather_rows(const Tensor& src, const Tensor& indices, const Tensor& out) {
+  DPT_KERNEL_DISPATCH(out.device(), gather_rows, src, indices, out);
+}
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
                    const Tensor& logsumexp) {
   DPT_KERNEL_DISPATCH(losses.device(), cross_entropy, logits, targets, ignore_index, losses, logsumexp);

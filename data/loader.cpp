@@ -1,5 +1,6 @@
 #include "data/loader.h"
 
+#include <algorithm>
 #include <condition_variable>
 #include <cstring>
 #include <deque>
@@ -11,6 +12,9 @@
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
+#include "core/factory.h"
+#include "core/kernels.h"
+#include "data/tensor_dataset.h"
 
 #ifdef DPT_HAVE_CUDA
 #include "core/cuda/check.h"
@@ -138,6 +142,15 @@ struct Loader::DeviceStage {
 };
 
 // ---------------------------------------------------------------------------------------------
+// Resident: the dataset's tensors on the device, and the visiting order of the epoch being served.
+struct Loader::Resident {
+  Tensor inputs;
+  Tensor targets;
+  Tensor order;  // int64 sampler indices of epoch `order_epoch`, on the device
+  int64_t order_epoch = -1;
+};
+
+// ---------------------------------------------------------------------------------------------
 // Worker: the background thread and the queue of prepared batches.
 struct Loader::Worker {
   std::mutex mutex;
@@ -180,6 +193,14 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sam
             options_.batch_size, per_epoch, dataset_->describe(), dataset_->size());
   if (options_.device.is_cuda()) {
 #ifdef DPT_HAVE_CUDA
+    const auto* tensors = dynamic_cast<const TensorDataset*>(dataset_.get());
+    if (tensors &&
+        static_cast<int64_t>(tensors->inputs().nbytes() + tensors->targets().nbytes()) <= options_.resident_bytes) {
+      resident_ = std::make_unique<Resident>();
+      resident_->inputs = tensors->inputs().to(options_.device);
+      resident_->targets = tensors->targets().to(options_.device);
+      return;  // nothing to prepare ahead
+    }
     // Slots: `prefetch` queued + one being filled + one whose copy was issued ahead.
     stage_ = std::make_unique<DeviceStage>(options_.device.index, options_.prefetch + 2);
 #else
@@ -207,7 +228,7 @@ Batch Loader::host_batch(LoaderPosition position) const {
 }
 
 void Loader::start_worker(LoaderPosition from) {
-  if (options_.prefetch == 0) return;
+  if (options_.prefetch == 0 || resident_) return;
   worker_ = std::make_unique<Worker>();
 #ifdef DPT_HAVE_CUDA
   if (stage_) {
@@ -286,7 +307,29 @@ void Loader::set_position(LoaderPosition position) {
   start_worker(position_);
 }
 
+Batch Loader::resident_next() {
+  const LoaderPosition p = position_;
+  if (resident_->order_epoch != p.epoch) {
+    const std::vector<int64_t> order = sampler_->epoch_indices(p.epoch);
+    resident_->order = from_vector(order, {static_cast<int64_t>(order.size())},
+                                   TensorOptions{}.with_dtype(DType::Int64).with_device(options_.device));
+    resident_->order_epoch = p.epoch;
+  }
+  const int64_t begin = p.batch * options_.batch_size;
+  const Tensor rows = resident_->order.slice(begin, std::min(resident_->order.size(0), begin + options_.batch_size));
+  const auto gathered = [&](const Tensor& source) {
+    Shape shape = source.shape();
+    shape[0] = rows.size(0);
+    Tensor out = Tensor::empty(shape, TensorOptions{}.with_dtype(source.dtype()).with_device(options_.device));
+    kernels::gather_rows(source, rows, out);
+    return out;
+  };
+  position_ = advance(p);
+  return {gathered(resident_->inputs), gathered(resident_->targets)};
+}
+
 Batch Loader::next() {
+  if (resident_) return resident_next();
   if (!worker_) {  // prefetch 0: everything on the calling thread
     Batch b = host_batch(position_);
     position_ = advance(position_);

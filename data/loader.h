@@ -1,6 +1,11 @@
 #pragma once
 // Loader: turns (dataset, sampler) into a stream of batches on the training device.
 //
+// A dataset of tensors in memory (TensorDataset) that fits `resident_bytes` is copied to a CUDA device
+// once and stays there: each batch is its rows gathered on the device, by the epoch's visiting order
+// (uploaded once an epoch), on the consumer's stream. No host work or transfer per step; the same bytes
+// as the host path. Any other dataset goes through the background thread below.
+//
 // A background thread walks the sampler's indices epoch after epoch, gathers batches from the
 // dataset and keeps up to `prefetch` of them ready. For a CUDA device each prepared batch is copied
 // into a page-locked (pinned) host buffer, and the host-to-device copy is issued on a separate copy
@@ -27,6 +32,7 @@ struct LoaderOptions {
   bool drop_last = true;  // drop an epoch's final partial batch (keeps every step the same shape)
   int prefetch = 2;       // batches prepared ahead by the background thread; 0 = no thread
   Device device = Device::cpu();
+  int64_t resident_bytes = int64_t{1} << 30;  // the largest TensorDataset kept on a CUDA device; 0: none
 };
 
 // The next batch next() returns: batch `batch` (0-based) of epoch `epoch`.
@@ -64,6 +70,9 @@ class Loader {
  private:
   struct Worker;       // the background thread and its queue
   struct DeviceStage;  // pinned buffers, copy stream and events (CUDA builds)
+  struct Resident;     // the dataset's tensors on the device and the epoch's order there
+
+  Batch resident_next();
 
   LoaderPosition advance(LoaderPosition p) const;
   void start_worker(LoaderPosition from);
@@ -76,6 +85,7 @@ class Loader {
   LoaderPosition position_;
   std::unique_ptr<Worker> worker_;
   std::unique_ptr<DeviceStage> stage_;
+  std::unique_ptr<Resident> resident_;
 };
 
 }  // namespace dpt::data

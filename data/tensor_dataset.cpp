@@ -1,8 +1,8 @@
 #include "data/tensor_dataset.h"
 
-#include <cstring>
-
 #include "core/error.h"
+#include "core/factory.h"
+#include "core/kernels.h"
 
 namespace dpt::data {
 
@@ -34,12 +34,7 @@ Tensor gather_rows(const Tensor& source, const std::vector<int64_t>& indices) {
   Shape shape = source.shape();
   shape[0] = static_cast<int64_t>(indices.size());
   Tensor out = Tensor::empty(shape, TensorOptions{}.with_dtype(source.dtype()));
-  const size_t row_bytes = source.size(0) == 0 ? 0 : source.nbytes() / static_cast<size_t>(source.size(0));
-  const auto* src = static_cast<const char*>(source.data_ptr());
-  auto* dst = static_cast<char*>(out.data_ptr());
-  for (size_t i = 0; i < indices.size(); ++i) {
-    std::memcpy(dst + i * row_bytes, src + static_cast<size_t>(indices[i]) * row_bytes, row_bytes);
-  }
+  kernels::gather_rows(source, from_vector(indices, {shape[0]}, TensorOptions{}.with_dtype(DType::Int64)), out);
   return out;
 }
 

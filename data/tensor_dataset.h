@@ -24,7 +24,7 @@ class TensorDataset : public Dataset {
   std::string name_;
 };
 
-// Rows `indices` of a contiguous host tensor, gathered by memcpy into a new [indices.size(), ...] tensor.
+// Rows `indices` of a contiguous host tensor, gathered into a new [indices.size(), ...] tensor.
 Tensor gather_rows(const Tensor& source, const std::vector<int64_t>& indices);
 
 }  // namespace dpt::data

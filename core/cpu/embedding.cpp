@@ -1,5 +1,5 @@
-// Embedding lookup and its scatter-add backward. The backward adds rows in index order (no atomics),
-// so repeated indices give the same sum on every run.
+// Embedding lookup and its scatter-add backward; rows of any tensor gathered by index. The backward adds
+// rows in index order (no atomics), so repeated indices give the same sum on every run.
 #include <algorithm>
 #include <cstring>
 #include <vector>
@@ -11,10 +11,24 @@ namespace dpt::cpu {
 
 namespace {
 template <class I>
-int64_t checked_index(I v, int64_t num) {
+int64_t checked_index(I v, int64_t num, const char* what) {
   int64_t i = static_cast<int64_t>(v);
-  DPT_CHECK(i >= 0 && i < num, "embedding: index {} out of range for {} rows", i, num);
+  DPT_CHECK(i >= 0 && i < num, "{}: index {} out of range for {} rows", what, i, num);
   return i;
+}
+
+// Row i of out = row indices[i] of src (num rows of row_bytes each), copied as bytes.
+void copy_rows(const Tensor& src, int64_t num, size_t row_bytes, const Tensor& indices, const Tensor& out,
+               const char* what) {
+  const char* s = static_cast<const char*>(src.data_ptr());
+  char* o = static_cast<char*>(out.data_ptr());
+  visit_index(indices.dtype(), what, [&](auto tag) {
+    using I = decltype(tag);
+    const I* idx = indices.data<I>();
+    for (int64_t i = 0; i < indices.numel(); ++i) {
+      std::memcpy(o + i * row_bytes, s + checked_index(idx[i], num, what) * row_bytes, row_bytes);
+    }
+  });
 }
 }  // namespace
 
@@ -23,18 +37,18 @@ void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
                 out.numel() == indices.numel() * weight.size(1) && out.dtype() == weight.dtype(),
             "embedding kernel: weight {} and indices {} do not fill output {}", shape_str(weight.shape()),
             shape_str(indices.shape()), shape_str(out.shape()));
-  const int64_t num = weight.size(0), dim = weight.size(1), count = indices.numel();
-  const size_t row_bytes = static_cast<size_t>(dim) * dtype_size(weight.dtype());
-  const char* w = static_cast<const char*>(weight.data_ptr());
-  char* o = static_cast<char*>(out.data_ptr());
-  visit_index(indices.dtype(), "embedding", [&](auto tag) {
-    using I = decltype(tag);
-    const I* idx = indices.data<I>();
-    for (int64_t i = 0; i < count; ++i) {
-      int64_t row = checked_index(idx[i], num);
-      std::memcpy(o + i * row_bytes, w + row * row_bytes, row_bytes);
-    }
-  });
+  copy_rows(weight, weight.size(0), static_cast<size_t>(weight.size(1)) * dtype_size(weight.dtype()), indices, out,
+            "embedding");
+}
+
+void gather_rows(const Tensor& src, const Tensor& indices, const Tensor& out) {
+  DPT_CHECK(src.dim() >= 1 && src.is_contiguous() && indices.is_contiguous() && out.is_contiguous() &&
+                out.dim() == src.dim() && out.size(0) == indices.numel() && out.dtype() == src.dtype() &&
+                std::equal(src.shape().begin() + 1, src.shape().end(), out.shape().begin() + 1),
+            "gather_rows kernel: rows {} of {} do not fill output {}", shape_str(indices.shape()),
+            shape_str(src.shape()), shape_str(out.shape()));
+  const size_t row_bytes = src.size(0) == 0 ? 0 : src.nbytes() / static_cast<size_t>(src.size(0));
+  copy_rows(src, src.size(0), row_bytes, indices, out, "gather_rows");
 }
 
 void embedding_backward(const Tensor& grad_out, const Tensor& indices, const Tensor& grad_weight) {
@@ -55,7 +69,7 @@ void embedding_backward(const Tensor& grad_out, const Tensor& indices, const Ten
     visit_index(indices.dtype(), "embedding_backward", [&](auto itag) {
       using I = decltype(itag);
       const I* idx = indices.data<I>();
-      for (int64_t i = 0; i < count; ++i) rows[static_cast<size_t>(i)] = checked_index(idx[i], num);
+      for (int64_t i = 0; i < count; ++i) rows[static_cast<size_t>(i)] = checked_index(idx[i], num, "embedding");
     });
     // Each row's lookups, in index order (a counting sort).
     std::vector<int64_t> first(static_cast<size_t>(num) + 1, 0), order(static_cast<size_t>(count));

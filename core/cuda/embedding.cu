@@ -1,4 +1,4 @@
-// Embedding lookup and its deterministic backward.
+// Embedding lookup and its deterministic backward; rows of any tensor gathered by index.
 //
 // Backward without float atomics: grad_weight[row] += sum of grad_out[i] over positions i with
 // indices[i] == row, always added in increasing i — the CPU's order, so float32 results match it bit
@@ -43,6 +43,19 @@ __global__ void embedding_kernel(const T* __restrict__ weight, const I* __restri
   }
   const auto* src = reinterpret_cast<const Vec<T, V>*>(weight + row * dim);
   for (int64_t j = threadIdx.x; j < nv; j += blockDim.x) dst[j] = src[j];
+}
+
+// Word w of out (W-byte words, per_row to a row) is word w % per_row of row indices[w / per_row] of src, or
+// zero bytes for an index outside [0, num).
+template <class W, class I>
+__global__ void gather_rows_kernel(const W* __restrict__ src, const I* __restrict__ indices, W* __restrict__ out,
+                                   int64_t num, int64_t per_row, int64_t total) {
+  const int64_t stride = static_cast<int64_t>(gridDim.x) * blockDim.x;
+  for (int64_t w = static_cast<int64_t>(blockIdx.x) * blockDim.x + threadIdx.x; w < total; w += stride) {
+    const int64_t i = w / per_row;
+    const int64_t row = static_cast<int64_t>(indices[i]);
+    out[w] = row >= 0 && row < num ? src[row * per_row + (w - i * per_row)] : W{};
+  }
 }
 
 template <class I>
@@ -146,6 +159,43 @@ void embedding(const Tensor& weight, const Tensor& indices, const Tensor& out) {
       }
       DPT_CUDA_CHECK_LAUNCH();
     });
+  });
+}
+
+void gather_rows(const Tensor& src, const Tensor& indices, const Tensor& out) {
+  DPT_CHECK(src.dim() >= 1 && src.is_contiguous() && indices.is_contiguous() && out.is_contiguous() &&
+                out.dim() == src.dim() && out.size(0) == indices.numel() && out.dtype() == src.dtype() &&
+                std::equal(src.shape().begin() + 1, src.shape().end(), out.shape().begin() + 1),
+            "gather_rows kernel (CUDA): rows {} of {} do not fill output {}", shape_str(indices.shape()),
+            shape_str(src.shape()), shape_str(out.shape()));
+  const int device = device_of(out, {&src, &indices}, "gather_rows kernel");
+  const int64_t num = src.size(0), count = indices.numel();
+  const size_t row_bytes = num == 0 ? 0 : src.nbytes() / static_cast<size_t>(num);
+  if (count == 0 || row_bytes == 0) return;
+  cuda::DeviceGuard guard(device);
+  cudaStream_t stream = cuda::current_stream(device);
+  const auto aligned = [&](size_t bytes) {
+    const auto a = reinterpret_cast<uintptr_t>(src.data_ptr()), b = reinterpret_cast<uintptr_t>(out.data_ptr());
+    return row_bytes % bytes == 0 && a % bytes == 0 && b % bytes == 0;
+  };
+  visit_index(indices.dtype(), "gather_rows", [&](auto itag) {
+    using I = decltype(itag);
+    const auto launch = [&](auto word) {
+      using W = decltype(word);
+      const auto per_row = static_cast<int64_t>(row_bytes / sizeof(W));
+      const int64_t total = per_row * count;
+      gather_rows_kernel<W, I><<<grid_for(total, device), kThreads, 0, stream>>>(
+          static_cast<const W*>(src.data_ptr()), ptr<const I>(indices), static_cast<W*>(out.data_ptr()), num, per_row,
+          total);
+      DPT_CUDA_CHECK_LAUNCH();
+    };
+    if (aligned(16)) {
+      launch(uint4{});
+    } else if (aligned(4)) {
+      launch(uint32_t{});
+    } else {
+      launch(uint8_t{});
+    }
   });
 }
 

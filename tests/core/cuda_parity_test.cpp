@@ -16,6 +16,7 @@
 
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
+#include "core/kernels.h"
 #include "core/ops.h"
 
 namespace dpt {
@@ -256,6 +257,38 @@ TEST(CudaEmbedding, BackwardIsDeterministicAndMatchesCpuBitForBit) {
   std::vector<float> second = weight_grad(Device::cuda(0));
   EXPECT_EQ(first, second);
   EXPECT_EQ(first, cpu);
+}
+
+// Rows gathered on the device are the CPU's bytes, whatever the row width: 16-byte words (float32 x 8),
+// 4-byte words (float32 x 3, int64 labels), single bytes (bf16 x 3); an index out of range gives zeros.
+TEST(CudaGatherRows, EqualsTheCpuBitForBitForEveryRowWidth) {
+  SKIP_WITHOUT_GPU();
+  Generator gen(8);
+  const Tensor idx = randint({777}, 0, 300, gen, TensorOptions{}.with_dtype(DType::Int64));
+  const auto gathered = [&](const Tensor& src, Device device) {
+    Shape shape = src.shape();
+    shape[0] = idx.numel();
+    Tensor out = Tensor::empty(shape, TensorOptions{}.with_dtype(src.dtype()).with_device(device));
+    kernels::gather_rows(src.to(device), idx.to(device), out);
+    return out.to(Device::cpu());
+  };
+  for (const Shape& shape : {Shape{300, 8}, Shape{300, 3}, Shape{300, 2, 5}}) {
+    const Tensor src = randn(shape, gen);
+    EXPECT_EQ(gathered(src, Device::cuda(0)).to_vector<float>(), gathered(src, Device::cpu()).to_vector<float>())
+        << shape_str(shape);
+  }
+  const Tensor halves = randn({300, 3}, gen, TensorOptions{}.with_dtype(DType::BFloat16));
+  EXPECT_EQ(gathered(halves, Device::cuda(0)).to_vector<float>(), gathered(halves, Device::cpu()).to_vector<float>());
+  const Tensor labels = randint({300}, -1000, 1000, gen, TensorOptions{}.with_dtype(DType::Int64));
+  EXPECT_EQ(gathered(labels, Device::cuda(0)).to_vector<int64_t>(),
+            gathered(labels, Device::cpu()).to_vector<int64_t>());
+
+  const Device gpu = Device::cuda(0);
+  Tensor out = Tensor::empty({2, 3}, TensorOptions{}.with_device(gpu));
+  kernels::gather_rows(
+      randn({4, 3}, gen).to(gpu),
+      from_vector(std::vector<int64_t>{4, -1}, {2}, TensorOptions{}.with_dtype(DType::Int64).with_device(gpu)), out);
+  EXPECT_EQ(out.to_vector<float>(), std::vector<float>(6, 0.0f));
 }
 
 TEST(CudaRandom, DrawsAreIdenticalOnBothDevices) {

@@ -5,6 +5,7 @@
 
 #include "core/error.h"
 #include "core/factory.h"
+#include "core/kernels.h"
 #include "core/ops.h"
 
 namespace dpt {
@@ -152,6 +153,26 @@ TEST(OpValues, EmbeddingGathersRowsAndScatterAddsGradients) {
   sum(out).backward();
   EXPECT_EQ(w.grad().to_vector<double>(), (std::vector<double>{1, 1, 0, 0, 2, 2}));
   EXPECT_THROW(embedding(w, from_vector(std::vector<int64_t>{3}, {1}, kI64)), Error);
+}
+
+TEST(OpValues, GatherRowsCopiesRowsOfAnyDtypeAndRefusesAnIndexOutOfRange) {
+  const Tensor idx = from_vector(std::vector<int32_t>{2, 0, 2, 1}, {4}, TensorOptions{}.with_dtype(DType::Int32));
+  const Tensor labels = from_vector(std::vector<int64_t>{7, -8, 9}, {3}, kI64);
+  Tensor picked = Tensor::empty({4}, kI64);
+  kernels::gather_rows(labels, idx, picked);
+  EXPECT_EQ(picked.to_vector<int64_t>(), (std::vector<int64_t>{9, 7, 9, -8}));
+  const Tensor images = f64({0, 1, 2, 3, 10, 11, 12, 13, 20, 21, 22, 23}, {3, 2, 2});
+  Tensor out = Tensor::empty({4, 2, 2}, kF64);
+  kernels::gather_rows(images, idx, out);
+  EXPECT_EQ(out.to_vector<double>(), (std::vector<double>{20, 21, 22, 23, 0, 1, 2, 3, 20, 21, 22, 23, 10, 11, 12, 13}));
+  try {
+    kernels::gather_rows(labels, from_vector(std::vector<int64_t>{3}, {1}, kI64), Tensor::empty({1}, kI64));
+    ADD_FAILURE() << "an index past the last row was accepted";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("gather_rows: index 3 out of range for 3 rows"), std::string::npos)
+        << e.what();
+  }
+  EXPECT_THROW(kernels::gather_rows(images, idx, Tensor::empty({4, 4}, kF64)), Error);  // rows of another shape
 }
 
 TEST(OpValues, MseLossIsTheMeanSquaredDifference) {

@@ -9,6 +9,8 @@
 namespace dpt::data {
 namespace {
 
+// Both device paths: the dataset kept on the device (the default for a small TensorDataset) and the
+// batches staged through page-locked memory by the background thread (resident_bytes 0).
 TEST(LoaderOnGpu, DeliversTheSameBatchesAsTheHostPathOnTheDevice) {
   if (!dpt::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t n = 50, f = 33;
@@ -19,20 +21,44 @@ TEST(LoaderOnGpu, DeliversTheSameBatchesAsTheHostPathOnTheDevice) {
   auto ds = std::make_shared<TensorDataset>(from_vector(x, {n, f}),
                                             from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int32)));
   auto sampler = std::make_shared<RandomSampler>(n, 9);
-  for (int prefetch : {0, 1, 3}) {
-    Loader loader(ds, sampler, {.batch_size = 8, .prefetch = prefetch, .device = Device::cuda(0)});
-    for (int step = 0; step < 20; ++step) {
-      const LoaderPosition pos = loader.position();
-      Batch expected = loader.host_batch(pos);
-      Batch got = loader.next();
-      ASSERT_TRUE(got.input.device().is_cuda());
-      ASSERT_EQ(got.input.shape(), (Shape{8, f}));
-      EXPECT_EQ(got.input.to_vector<float>(), expected.input.to_vector<float>()) << "step " << step;
-      EXPECT_EQ(got.target.to_vector<int32_t>(), expected.target.to_vector<int32_t>()) << "step " << step;
+  for (int64_t resident_bytes : {int64_t{1} << 30, int64_t{0}})
+    for (int prefetch : {0, 1, 3}) {
+      SCOPED_TRACE(resident_bytes > 0 ? "resident" : "staged");
+      Loader loader(
+          ds, sampler,
+          {.batch_size = 8, .prefetch = prefetch, .device = Device::cuda(0), .resident_bytes = resident_bytes});
+      for (int step = 0; step < 20; ++step) {
+        const LoaderPosition pos = loader.position();
+        Batch expected = loader.host_batch(pos);
+        Batch got = loader.next();
+        ASSERT_TRUE(got.input.device().is_cuda());
+        ASSERT_EQ(got.input.shape(), (Shape{8, f}));
+        EXPECT_EQ(got.input.to_vector<float>(), expected.input.to_vector<float>()) << "step " << step;
+        EXPECT_EQ(got.target.to_vector<int32_t>(), expected.target.to_vector<int32_t>()) << "step " << step;
+      }
+      // Resume on the device path too.
+      loader.set_position({1, 2});
+      EXPECT_EQ(loader.next().target.to_vector<int32_t>(), loader.host_batch({1, 2}).target.to_vector<int32_t>());
     }
-    // Resume on the device path too.
-    loader.set_position({1, 2});
-    EXPECT_EQ(loader.next().target.to_vector<int32_t>(), loader.host_batch({1, 2}).target.to_vector<int32_t>());
+}
+
+// Kept on the device, an epoch's final partial batch (drop_last off) and the epochs after it still hold
+// the host path's rows.
+TEST(LoaderOnGpu, AResidentDatasetKeepsTheFinalPartialBatchAndMovesToTheNextEpoch) {
+  if (!dpt::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = 21;
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = 1000 + i;
+  auto ds = std::make_shared<TensorDataset>(from_vector(std::vector<float>(static_cast<size_t>(n) * 5, 1.5f), {n, 5}),
+                                            from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int64)));
+  Loader loader(ds, std::make_shared<RandomSampler>(n, 4),
+                {.batch_size = 4, .drop_last = false, .device = Device::cuda(0)});
+  ASSERT_EQ(loader.batches_per_epoch(), 6);
+  for (int step = 0; step < 14; ++step) {
+    const LoaderPosition pos = loader.position();
+    const Batch got = loader.next();
+    EXPECT_EQ(got.target.shape(), (Shape{pos.batch == 5 ? 1 : 4})) << "step " << step;
+    EXPECT_EQ(got.target.to_vector<int64_t>(), loader.host_batch(pos).target.to_vector<int64_t>()) << "step " << step;
   }
 }
 
