@@ -8,6 +8,7 @@
 #include <mutex>
 #include <optional>
 #include <thread>
+#include <typeinfo>
 #include <vector>
 
 #include "core/cuda_runtime.h"
@@ -193,7 +194,10 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sam
             options_.batch_size, per_epoch, dataset_->describe(), dataset_->size());
   if (options_.device.is_cuda()) {
 #ifdef DPT_HAVE_CUDA
-    const auto* tensors = dynamic_cast<const TensorDataset*>(dataset_.get());
+    // A plain TensorDataset only: a subclass may form its batches otherwise than by taking rows.
+    const Dataset& dataset = *dataset_;
+    const auto* tensors =
+        typeid(dataset) == typeid(TensorDataset) ? static_cast<const TensorDataset*>(&dataset) : nullptr;
     if (tensors &&
         static_cast<int64_t>(tensors->inputs().nbytes() + tensors->targets().nbytes()) <= options_.resident_bytes) {
       resident_ = std::make_unique<Resident>();

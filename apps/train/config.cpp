@@ -180,7 +180,8 @@ std::vector<Field> build_schema() {
   DPT_KEY(Int, "data.num_tokens", data.num_tokens, .min = 2, .max = 2147483647LL,
           .help = "synthetic_tokens: tokens generated");
   DPT_KEY(Bool, "data.shuffle", data.shuffle, .help = "shuffle every epoch (seed + epoch)");
-  DPT_KEY(Int, "data.prefetch", data.prefetch, .min = 0, .max = 64, .help = "batches prepared ahead; 0: no thread");
+  DPT_KEY(Int, "data.prefetch", data.prefetch, .min = 0, .max = 64,
+          .help = "batches prepared ahead by a background thread (not for data kept on the GPU); 0: no thread");
 
   DPT_KEY(Int, "training.steps", training.steps, .min = 0, .help = "optimizer steps (or set epochs)");
   DPT_KEY(Int, "training.epochs", training.epochs, .min = 0, .help = "passes over the data (instead of steps)");
