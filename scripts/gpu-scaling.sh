@@ -48,7 +48,7 @@ PY
 }
 
 for w in $workloads; do
-  DPT_BENCH_TRAIN_ARGS="${DPT_SCALING_ARGS:-}" timeout 600 "$bin/dpt-bench" scaling --workload "$w" \
+  timeout 600 "$bin/dpt-bench" scaling --workload "$w" ${DPT_SCALING_ARGS:+"--train-args=$DPT_SCALING_ARGS"} \
     --max-gpus "$gpus" --steps "$steps" --warmup 5 --bucket-sweep "$sweep" --out "$out/$w" | tail -n 30
   for n in 1 "$gpus"; do train_defaults "$w" "$n"; done
   for n in 1 "$gpus"; do

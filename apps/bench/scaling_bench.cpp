@@ -36,6 +36,7 @@ struct Args {
   double bucket_cap_mb = 25;
   std::string out = "scaling";
   std::string device = "auto";
+  std::string train_args;  // appended to every `dpt-bench train` run
 };
 
 std::string self_dir() {
@@ -57,7 +58,7 @@ struct Row {
 };
 
 // The JSON line `dpt-bench train` prints on rank 0: the last line of `output` that is a JSON object
-// whose "system" is dptrain's ("dptrain", or "dptrain+graph" with --cuda-graph in DPT_BENCH_TRAIN_ARGS).
+// whose "system" is dptrain's ("dptrain", or "dptrain+graph" with --cuda-graph in --train-args).
 nlohmann::json train_result(const std::string& output) {
   nlohmann::json result;
   std::istringstream lines(output);
@@ -85,8 +86,7 @@ Row run_one(const Args& a, int gpus, double bucket_cap_mb) {
                     "/dpt-bench train --workload " + a.workload + " --precision " + a.precision + " --steps " +
                     std::to_string(a.steps) + " --warmup " + std::to_string(a.warmup) + " --bucket-cap-mb " +
                     std::to_string(bucket_cap_mb) + " --device " + a.device;
-  // Extra `dpt-bench train` options for every run (e.g. --overlap-optimizer), from the environment.
-  if (const char* extra = std::getenv("DPT_BENCH_TRAIN_ARGS")) cmd += std::string(" ") + extra;
+  if (!a.train_args.empty()) cmd += " " + a.train_args;
   cmd += " 2>&1";
   std::FILE* pipe = popen(cmd.c_str(), "r");
   DPT_CHECK(pipe != nullptr, "dpt-bench scaling: cannot run {}", cmd);
@@ -238,9 +238,11 @@ SubcommandRun setup_scaling_bench(CLI::App& app) {
       ->capture_default_str();
   app.add_option("--out", a->out, "folder of scaling.csv, scaling.md and scaling.png")->capture_default_str();
   app.add_option("--device", a->device, "auto, cpu or cuda")->capture_default_str();
+  app.add_option("--train-args", a->train_args,
+                 "options added to every `dpt-bench train` run; write --train-args=\"--cuda-graph ...\"");
   cli::set_examples(app, {"dpt-bench scaling --workload gpt2_124m --max-gpus 8 --out results/scaling",
                           "dpt-bench scaling --workload mlp_small --device cpu --max-gpus 2 --steps 3 --precision fp32",
-                          "DPT_BENCH_TRAIN_ARGS=--cuda-graph dpt-bench scaling --workload tiny_gpt"});
+                          "dpt-bench scaling --workload tiny_gpt --train-args=\"--cuda-graph --overlap-optimizer\""});
   return [a] { return run_scaling_bench(*a); };
 }
 

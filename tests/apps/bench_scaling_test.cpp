@@ -52,20 +52,35 @@ TEST(BenchScaling, WritesWeakScalingTablesForOneAndTwoProcesses) {
   std::filesystem::remove_all(out);
 }
 
-// The runs' options from DPT_BENCH_TRAIN_ARGS reach every run, and a CUDA graph's result line (system
+// The runs' options from --train-args reach every run, and a CUDA graph's result line (system
 // "dptrain+graph") is read like an eager one. One GPU is enough: the table then has 1-GPU rows only.
 TEST(BenchScaling, CudaGraphRunsAreTabulated) {
   if (dpt::cuda::device_count() < 1) GTEST_SKIP() << "needs a GPU";
   std::filesystem::path out = std::filesystem::temp_directory_path() / "dpt_bench_scaling_graph_test";
   std::filesystem::remove_all(out);
-  std::string cmd = "DPT_BENCH_TRAIN_ARGS=--cuda-graph " + std::string(DPT_BINARY_DIR) +
+  std::string cmd = std::string(DPT_BINARY_DIR) +
                     "/bin/dpt-bench scaling --workload mlp_small --device cuda --max-gpus 1 --steps 3 --warmup 1 " +
-                    "--bucket-sweep 1 --out " + out.string() + " > " + (out.string() + ".log") + " 2>&1";
+                    "--bucket-sweep 1 --train-args=--cuda-graph --out " + out.string() + " > " +
+                    (out.string() + ".log") + " 2>&1";
   int status = std::system(cmd.c_str());
   ASSERT_EQ(status, 0) << read(out.string() + ".log");
   std::string csv = read(out / "scaling.csv");
   EXPECT_NE(csv.find("\n1,25,"), std::string::npos) << csv;
   EXPECT_NE(read(out.string() + ".log").find("(CUDA graph)"), std::string::npos) << read(out.string() + ".log");
+  std::filesystem::remove_all(out);
+}
+
+// --train-args reaches the runs: an option `dpt-bench train` does not know fails the first run, naming it.
+TEST(BenchScaling, TrainArgsReachEveryRun) {
+  std::filesystem::path out = std::filesystem::temp_directory_path() / "dpt_bench_scaling_args_test";
+  std::filesystem::remove_all(out);
+  std::string cmd = std::string(DPT_BINARY_DIR) + "/bin/dpt-bench scaling --workload mlp_small --device cpu " +
+                    "--max-gpus 1 --steps 1 --warmup 0 --bucket-sweep 1 --precision fp32 " +
+                    "--train-args='--no-such-option 3' --out " + out.string() + " > " + (out.string() + ".log") +
+                    " 2>&1";
+  EXPECT_NE(std::system(cmd.c_str()), 0);
+  EXPECT_NE(read(out.string() + ".log").find("--no-such-option"), std::string::npos) << read(out.string() + ".log");
+  EXPECT_FALSE(std::filesystem::exists(out / "scaling.csv"));
   std::filesystem::remove_all(out);
 }
 
