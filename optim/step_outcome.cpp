@@ -23,8 +23,8 @@ Tensor step_agreement(const Tensor& loss_sum, int64_t micro_batches, const doubl
 #endif
     return out;
   }
-  return from_vector<double>({static_cast<double>(*loss.data<float>()) / static_cast<double>(micro_batches), *stop}, {2},
-                             f64);
+  return from_vector<double>({static_cast<double>(*loss.data<float>()) / static_cast<double>(micro_batches), *stop},
+                             {2}, f64);
 }
 
 Tensor step_outcome(const Tensor& agreed, const Tensor& grad_sum_of_squares, double max_norm) {

@@ -1,8 +1,9 @@
 #pragma once
 // training.cuda_graph: a step's forward and backward (and, under DDP, the AllReduces its gradient hooks
 // launch and the ranks' agreement on loss and stop) captured once into a CUDA graph and replayed every
-// later step, so the host enqueues one launch instead of hundreds of kernels. The optimizer, clipping, the non-finite check and the learning
-// rate stay outside, eager: they read values on the host, which a replay could not.
+// later step, so the host enqueues one launch instead of hundreds of kernels. The norm, the clip and skip
+// decision and the optimizer stay outside, launched eagerly behind each replay: the learning rate they use
+// is set on the host every step, which a replay could not hold.
 //
 // What a replay needs to equal an eager step:
 //   - fixed memory: the batch is copied into the graph's own input tensors before each replay, and the

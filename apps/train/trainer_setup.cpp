@@ -358,7 +358,8 @@ void Trainer::setup_optimizer() {
   if (decides_on_device()) {
     for (auto& readback : readbacks_) readback = std::make_unique<HostReadback>(device_, optim::kStepOutcomeSize);
     if (device_.is_cuda()) {
-      stop_flag_ = {static_cast<double*>(cuda::allocate_pinned(sizeof(double))), [](double* p) { cuda::free_pinned(p); }};
+      stop_flag_ = {static_cast<double*>(cuda::allocate_pinned(sizeof(double))),
+                    [](double* p) { cuda::free_pinned(p); }};
     } else {
       stop_flag_ = {new double, [](double* p) { delete p; }};
     }
