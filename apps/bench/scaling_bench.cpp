@@ -190,9 +190,15 @@ int run_scaling_bench(Args a) {
   md << "\nStep-time model (compute + alpha-beta ring AllReduce minus the part hidden behind backward, plus "
         "interference):\n\n";
   if (top.gpus > 1 && top.comm_ms > 0) {
-    md << fmt::format("fitted at {} GPUs: bus bandwidth {:.0f} GB/s, hidden {:.2f} ms of {:.2f} ms communication, "
-                      "interference {:.2f} ms per step\n\n",
-                      top.gpus, model.beta_gbps, model.hidden_ms, top.comm_ms, model.interference_ms);
+    const std::string beta =
+        model.beta_fitted
+            ? fmt::format("bus bandwidth {:.0f} GB/s from {:.2f} ms of communication", model.beta_gbps, top.comm_ms)
+            : fmt::format(
+                  "{:.2f} ms of bucket spans, longer than the step, are no transfer "
+                  "time: bus bandwidth assumed {:.0f} GB/s",
+                  top.comm_ms, model.beta_gbps);
+    md << fmt::format("fitted at {} GPUs: {}, hidden {:.2f} ms, interference {:.2f} ms per step\n\n", top.gpus, beta,
+                      model.hidden_ms, model.interference_ms);
   } else {
     md << "(no communication time measured — one GPU, or a CPU run: the model uses its defaults, alpha 5 us, "
           "beta 300 GB/s, nothing hidden)\n\n";
