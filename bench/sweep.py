@@ -10,6 +10,10 @@ the faster PyTorch mode. Prints one row per shape and the worst and median ratio
 
     python3 bench/sweep.py --out results/sweep            # the default grid
     python3 bench/sweep.py --gpt 4x512x512x8 --mlp 4x4096x1024 --modes eager,compile
+    python3 bench/sweep.py --gpus 4                        # shapes spread over four GPUs, one at a time each
+
+With --gpus N, N shapes run at once, each on a GPU of its own (CUDA_VISIBLE_DEVICES), dptrain and PyTorch
+for a shape one after the other on the same GPU: a ratio never compares two GPUs.
 
 GPT shapes are LAYERSxWIDTHxCONTEXTxBATCH (heads: width / 64); MLP shapes DEPTHxWIDTHxBATCH (input
 1024, 1000 classes).
@@ -17,9 +21,11 @@ GPT shapes are LAYERSxWIDTHxCONTEXTxBATCH (heads: width / 64); MLP shapes DEPTHx
 import argparse
 import json
 import os
+import queue
 import statistics
 import subprocess
 import sys
+from concurrent.futures import ThreadPoolExecutor
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Spread over the ranges users train (GPT: width 256-2048, layers 2-24, context 128-2048, batch 1-64;
@@ -41,17 +47,17 @@ def overrides(family, shape):
     return "mlp_92m", [f"model.mlp.hidden=[{','.join([str(width)] * depth)}]", f"training.batch_size={batch}"]
 
 
-def run(cmd, log):
+def run(cmd, log, env):
     with open(log, "w") as f:
-        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=900).returncode
+        return subprocess.run(cmd, stdout=f, stderr=subprocess.STDOUT, timeout=900, env=env).returncode
 
 
-def dptrain_step_ms(train, config, run_dir, steps, log):
+def dptrain_step_ms(train, config, run_dir, steps, log, env):
     """Median logged step time of a dpt-train run with default settings (first interval left out)."""
     rc = run([train, "--config", config, "--set", f"training.steps={steps}", "--set", "logging.every=5",
               "--set", f"checkpoint.dir={run_dir}", "--set", f"logging.metrics_file={run_dir}/metrics.jsonl",
               "--set", "checkpoint.resume=never", "--set", "eval.every=0",
-              "--set", "eval.batches=1", "--set", "logging.progress_bar=false"], log)
+              "--set", "eval.batches=1", "--set", "logging.progress_bar=false"], log, env)
     metrics = os.path.join(run_dir, "metrics.jsonl")
     if rc != 0 or not os.path.exists(metrics):
         return None
@@ -60,12 +66,12 @@ def dptrain_step_ms(train, config, run_dir, steps, log):
     return statistics.median(times) if times else None
 
 
-def pytorch_step_ms(config, mode, steps, log):
+def pytorch_step_ms(config, mode, steps, log, env):
     args = [sys.executable, os.path.join(ROOT, "bench", "pytorch_reference.py"), "--config", config,
             "--steps", str(steps), "--warmup", "5"]
     if mode != "eager":
         args += ["--compile"] + ([] if mode == "compile" else ["--compile-mode", mode])
-    if run(args, log) != 0:
+    if run(args, log, env) != 0:
         return None
     rows = [json.loads(l) for l in open(log) if l.startswith("{")]
     return rows[-1]["step_ms"] if rows else None
@@ -77,18 +83,28 @@ def main():
     ap.add_argument("--mlp", action="append", help="MLP shapes (default: the built-in grid)")
     ap.add_argument("--modes", default="eager,compile", help="PyTorch modes: eager, compile, reduce-overhead")
     ap.add_argument("--steps", type=int, default=30)
+    ap.add_argument("--gpus", type=int, default=1, help="shapes measured at once, each on a GPU of its own")
     ap.add_argument("--out", default=os.path.join(ROOT, "build-gpu", "sweep"))
     ap.add_argument("--train", default=os.environ.get("DPT_TRAIN", os.path.join(ROOT, "build-gpu", "bin", "dpt-train")))
     args = ap.parse_args()
+    if args.gpus < 1:
+        ap.error("--gpus must be at least 1")
     os.makedirs(args.out, exist_ok=True)
     os.environ["DPT_TRAIN"] = args.train
     shapes = [("gpt", s) for s in (args.gpt or ([] if args.mlp else GPT_GRID))]
     shapes += [("mlp", s) for s in (args.mlp or ([] if args.gpt else MLP_GRID))]
     modes = [m for m in args.modes.split(",") if m]  # empty: dptrain only
-    results = []
-    print(f"{'family':<6} {'shape':<16} {'dptrain ms':>10} " + " ".join(f"{m + ' ms':>18}" for m in modes) +
-          f" {'ratio':>7}", flush=True)
-    for family, shape in shapes:
+    # The GPUs' names as CUDA_VISIBLE_DEVICES takes them: the first --gpus of those already visible.
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    gpu_ids = visible.split(",") if visible else [str(i) for i in range(args.gpus)]
+    if len(gpu_ids) < args.gpus:
+        ap.error(f"--gpus {args.gpus}, but CUDA_VISIBLE_DEVICES={visible} names {len(gpu_ids)}")
+    free_gpus = queue.Queue()
+    for gpu in gpu_ids[:args.gpus]:
+        free_gpus.put(gpu)
+
+    def measure(family, shape):
+        """One shape on a free GPU: its row, printed when done, and (family, shape, ratio)."""
         base, sets = overrides(family, shape)
         name = f"{family}_{shape}"
         config = os.path.join(args.out, name + ".yaml")
@@ -97,18 +113,31 @@ def main():
                                   capture_output=True, text=True)
         if resolved.returncode != 0:
             print(f"{family:<6} {shape:<16} config refused: {resolved.stderr.strip()}", flush=True)
-            continue
+            return family, shape, None
         with open(config, "w") as f:
             f.write(resolved.stdout)
-        ours = dptrain_step_ms(args.train, config, os.path.join(args.out, name), args.steps,
-                               os.path.join(args.out, name + ".dptrain.log"))
-        theirs = {m: pytorch_step_ms(config, m, args.steps, os.path.join(args.out, f"{name}.{m}.log")) for m in modes}
+        gpu = free_gpus.get()
+        try:
+            env = dict(os.environ)
+            if args.gpus > 1:
+                env["CUDA_VISIBLE_DEVICES"] = gpu
+            ours = dptrain_step_ms(args.train, config, os.path.join(args.out, name), args.steps,
+                                   os.path.join(args.out, name + ".dptrain.log"), env)
+            theirs = {m: pytorch_step_ms(config, m, args.steps, os.path.join(args.out, f"{name}.{m}.log"), env)
+                      for m in modes}
+        finally:
+            free_gpus.put(gpu)
         measured = [t for t in theirs.values() if t]
         ratio = min(measured) / ours if ours and measured else None
-        results.append((family, shape, ratio))
         cells = " ".join(f"{theirs[m]:>18.2f}" if theirs[m] else f"{'failed':>18}" for m in modes)
         print(f"{family:<6} {shape:<16} {ours if ours else float('nan'):>10.2f} {cells} "
               f"{ratio if ratio else float('nan'):>6.2f}x", flush=True)
+        return family, shape, ratio
+
+    print(f"{'family':<6} {'shape':<16} {'dptrain ms':>10} " + " ".join(f"{m + ' ms':>18}" for m in modes) +
+          f" {'ratio':>7}", flush=True)
+    with ThreadPoolExecutor(max_workers=args.gpus) as pool:
+        results = list(pool.map(lambda s: measure(*s), shapes))
     print()
     for family in ("gpt", "mlp"):
         rows = [(s, r) for f, s, r in results if f == family and r]
