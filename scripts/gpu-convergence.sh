@@ -47,6 +47,10 @@
 #                     batches is the slowest combination, about four minutes on one H100)
 # DPT_CONV_DEADLINE_S no combination starts after this many seconds (default: no limit); those left count as
 #                     without a result, so that a run under a time limit still ends with its table
+# DPT_CONV_JOBS       combinations run at once (default 1), each on GPUs of its own: the visible GPUs are
+#                     cut into that many groups (4 GPUs, 2 jobs: GPUs 0-1 and 2-3), a combination waits for a
+#                     free group, and one needing more GPUs than a group has is skipped. A combination's
+#                     numbers do not depend on what runs beside it; its time does.
 # `scripts/gpu-convergence.sh --table-only` prints the table again from the files of an earlier run.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -226,6 +230,7 @@ read -r -a gpu_counts <<<"${DPT_CONV_GPUS:-1 2}"
 read -r -a batch_modes <<<"${DPT_CONV_BATCHES:-repeat random}"
 read -r -a exclude <<<"${DPT_CONV_EXCLUDE:-}"
 deadline="${DPT_CONV_DEADLINE_S:-0}"
+jobs="${DPT_CONV_JOBS:-1}"
 
 usage_error() {
   echo "gpu-convergence: $1" >&2
@@ -233,6 +238,7 @@ usage_error() {
 }
 [[ "$steps" =~ ^[1-9][0-9]*$ ]] || usage_error "DPT_CONV_STEPS must be a positive whole number, not '$steps'"
 [[ "$deadline" =~ ^[0-9]+$ ]] || usage_error "DPT_CONV_DEADLINE_S must be a whole number of seconds, not '$deadline'"
+[[ "$jobs" =~ ^[1-9][0-9]*$ ]] || usage_error "DPT_CONV_JOBS must be a positive whole number, not '$jobs'"
 for w in "${workloads[@]}"; do
   [[ "$w" =~ ^(tiny_gpt|mlp_92m|gpt2_124m)$ ]] || usage_error "unknown workload '$w' in DPT_CONV_WORKLOADS (tiny_gpt mlp_92m gpt2_124m)"
 done
@@ -276,6 +282,19 @@ done
 python3 -c 'import torch' 2>/dev/null || usage_error "python3 cannot import torch: the PyTorch side cannot run"
 visible="$(nvidia-smi -L 2>/dev/null | grep -c '^GPU ')"
 ((visible > 0)) || usage_error "no GPU visible to nvidia-smi -L"
+# The GPUs as CUDA_VISIBLE_DEVICES names them, cut into one group per job (DPT_CONV_JOBS).
+if [[ -n "${CUDA_VISIBLE_DEVICES:-}" ]]; then
+  IFS=, read -r -a gpu_ids <<<"$CUDA_VISIBLE_DEVICES"
+  ((${#gpu_ids[@]} < visible)) && visible=${#gpu_ids[@]}
+else
+  mapfile -t gpu_ids < <(seq 0 $((visible - 1)))
+fi
+((jobs <= visible)) || usage_error "DPT_CONV_JOBS=$jobs, but only $visible GPU(s) are visible"
+group_size=$((visible / jobs))
+groups=()
+for ((j = 0; j < jobs; j++)); do
+  groups+=("$(IFS=,; echo "${gpu_ids[*]:j*group_size:group_size}")")
+done
 # NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
 source "$root/scripts/gpu-env.sh"
 mkdir -p "$out"
@@ -325,8 +344,21 @@ for n in "${gpu_counts[@]}"; do
     done
   done
 done
-echo "gpu-convergence: ${#combinations[@]} combinations, $steps steps each, $visible GPU(s) visible; files in $out"
+echo "gpu-convergence: ${#combinations[@]} combinations, $steps steps each, $visible GPU(s) visible," \
+  "$jobs at once on GPUs ${groups[*]}; files in $out"
 began=$SECONDS
+declare -A group_of_job=()  # pid of a running combination -> its GPU group
+free_groups=("${groups[@]}")
+take_group() {  # sets group to a free GPU group, waiting for a running combination to end if none is free
+  while ((${#free_groups[@]} == 0)); do
+    local pid
+    wait -n -p pid "${!group_of_job[@]}"
+    free_groups+=("${group_of_job[$pid]}")
+    unset "group_of_job[$pid]"
+  done
+  group="${free_groups[0]}"
+  free_groups=("${free_groups[@]:1}")
+}
 for c in "${combinations[@]}"; do
   IFS=: read -r w p n b <<<"$c"
   tag="${w}_${p}_${n}gpu_${b}"
@@ -336,22 +368,32 @@ for c in "${combinations[@]}"; do
     # shellcheck disable=SC2053  # the pattern is a glob on purpose
     if [[ "$c" == $pattern ]]; then status=excluded note="DPT_CONV_EXCLUDE has '$pattern'"; fi
   done
+  if [[ "$status" == run ]] && ((n > group_size)); then
+    status=skipped note="needs $n GPUs, $group_size for each of $jobs job(s) ($visible visible)"
+  fi
+  # Waiting for a free group takes time: the stop and the deadline are checked after it.
+  [[ "$status" != run ]] || take_group
   if [[ "$status" != run ]]; then
     :
-  elif ((n > visible)); then
-    status=skipped note="needs $n GPUs, $visible visible (nvidia-smi -L)"
   elif ((interrupted)); then
     status=interrupted note="the run was stopped before this combination"
   elif ((deadline > 0 && SECONDS - began >= deadline)); then
     status=interrupted note="not started: $((SECONDS - began)) s had passed (DPT_CONV_DEADLINE_S=$deadline)"
   fi
   if [[ "$status" == run ]]; then
-    run_combination "$tag" "$w" "$p" "$n" "$b" "$floor"
+    (
+      export CUDA_VISIBLE_DEVICES="$group"
+      run_combination "$tag" "$w" "$p" "$n" "$b" "$floor"
+    ) &
+    group_of_job[$!]="$group"
   else
+    [[ -z "${group:-}" ]] || free_groups+=("$group")
     echo "$tag: $status: $note"
   fi
+  group=""
   printf '%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\n' "$tag" "$w" "$p" "$n" "$b" "$steps" "$floor" "$status" "$note" \
     >>"$manifest"
 done
+wait
 echo "gpu-convergence: $((SECONDS - began)) s in all"
 table

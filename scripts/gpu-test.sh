@@ -10,7 +10,8 @@
 # from the same start and fails the run when dptrain's loss curve leaves PyTorch's by more than twice
 # PyTorch's distance from itself (about 13 minutes on one GPU; its table is printed in the summary). It
 # runs unless DPT_GPU_TEST_CONVERGENCE=0, or DPT_GPU_TEST_TARGETS builds a subset (then
-# DPT_GPU_TEST_CONVERGENCE=1 runs it all the same).
+# DPT_GPU_TEST_CONVERGENCE=1 runs it all the same). On four GPUs, DPT_CONV_JOBS=2 runs two of its
+# combinations at once, on GPUs 0-1 and 2-3.
 #
 # A build error does not stop the run: everything that still builds is built and tested, and the
 # summary says the build was incomplete.
