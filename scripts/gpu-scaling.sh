@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
-# Weak scaling of dptrain's DDP beside PyTorch DDP, same GPUs, same run: `dpt-bench scaling` (1 and N GPUs,
-# bucket sweep, step-time model, CSV/Markdown/PNG per workload), what users run (dpt-train with the shipped
-# configs/bench_<workload>.yaml and default settings at 1 and N GPUs: the median logged throughput per GPU,
-# the first interval left out) and bench/pytorch_reference.py under torchrun at 1 and N processes. Prints the
-# efficiency table last. Build first (scripts/gpu-test.sh builds build-gpu/).
+# Weak scaling of dptrain's DDP beside PyTorch DDP, same GPUs, same run: `dpt-bench scaling` (1, 2, 4, ... N
+# GPUs, bucket sweep, step-time model, CSV/Markdown/PNG per workload), what users run (dpt-train with the
+# shipped configs/bench_<workload>.yaml and default settings at the same GPU counts: the median logged
+# throughput per GPU, the first interval left out) and bench/pytorch_reference.py under torchrun at the same
+# counts. Prints the efficiency table last, a column per GPU count. Build first (scripts/gpu-test.sh builds
+# build-gpu/).
 #
 #   scripts/gpu-scaling.sh                                     # mlp_92m tiny_gpt gpt2_124m on every GPU
 #   DPT_SCALING_WORKLOADS=mlp_92m DPT_SCALING_SWEEP=5,25 scripts/gpu-scaling.sh
@@ -19,6 +20,9 @@ gpus="${DPT_SCALING_GPUS:-$(nvidia-smi -L | wc -l)}"
 # NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
 source "$root/scripts/gpu-env.sh"
 mkdir -p "$out"
+counts=()  # dpt-bench scaling's: 1, 2, 4, ... up to the GPUs, and the GPUs themselves
+for ((n = 1; n <= gpus; n *= 2)); do counts+=("$n"); done
+((counts[-1] == gpus)) || counts+=("$gpus")
 ref="$out/pytorch.jsonl"
 defaults="$out/dpt-train.jsonl"
 : >"$ref"
@@ -50,41 +54,51 @@ PY
 for w in $workloads; do
   timeout 600 "$bin/dpt-bench" scaling --workload "$w" ${DPT_SCALING_ARGS:+"--train-args=$DPT_SCALING_ARGS"} \
     --max-gpus "$gpus" --steps "$steps" --warmup 5 --bucket-sweep "$sweep" --out "$out/$w" | tail -n 30
-  for n in 1 "$gpus"; do train_defaults "$w" "$n"; done
-  for n in 1 "$gpus"; do
+  for n in "${counts[@]}"; do train_defaults "$w" "$n"; done
+  for n in "${counts[@]}"; do
     PYTHONUNBUFFERED=1 timeout 300 torchrun --standalone --nproc-per-node "$n" "$root/bench/pytorch_reference.py" \
       --workload "$w" --steps "$steps" --warmup 5 2>"$out/pytorch_${w}_$n.err" | grep '^{' >>"$ref"
   done
 done
 
-python3 - "$out" "$ref" "$gpus" "$defaults" $workloads <<'PY'
+python3 - "$out" "$ref" "$defaults" "${counts[*]}" $workloads <<'PY'
 import csv, json, sys
-out, ref, n, defaults, workloads = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4], sys.argv[5:]
+out, ref, defaults, counts, workloads = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5:]
+counts = [int(n) for n in counts]
 torch_rows = [json.loads(l) for l in open(ref) if l.startswith("{")]
 train_rows = [json.loads(l) for l in open(defaults) if l.startswith("{")]
-print(f"\n=== weak scaling, 1 -> {n} GPUs, per-GPU batch fixed, same machine, same run ===")
-print(f"{'workload':<10} {'system':<18} {'1 GPU':>11} {f'{n} GPUs/GPU':>11} {'efficiency':>10}  best bucket")
+print(f"\n=== weak scaling, {' -> '.join(map(str, counts))} GPUs, per-GPU batch fixed, same machine, same run ===")
+print("throughput per GPU at each count, then efficiency (per-GPU throughput over one GPU's)")
+print(f"{'workload':<10} {'system':<19} " + " ".join(f"{f'{n} GPU':>11}" for n in counts) + " " +
+      " ".join(f"{f'eff {n}':>8}" for n in counts[1:]))
+
+
+def line(w, system, per_gpu):  # per_gpu: {count: throughput per GPU}
+    cells = " ".join(f"{per_gpu[n]:>11.0f}" if n in per_gpu else f"{'-':>11}" for n in counts)
+    base = per_gpu.get(1)
+    effs = " ".join(f"{100 * per_gpu[n] / base:>7.1f}%" if base and n in per_gpu else f"{'-':>8}" for n in counts[1:])
+    print(f"{w:<10} {system:<19} {cells} {effs}")
+
+
 for w in workloads:
     try:
         rows = list(csv.DictReader(open(f"{out}/{w}/scaling.csv")))
     except OSError:
         print(f"{w:<10} dptrain: no result (see the log above)")
         continue
-    one = [r for r in rows if int(r["gpus"]) == 1][0]
-    many = [r for r in rows if int(r["gpus"]) == n]
-    default = many[0] if many else one
-    best = max(many, key=lambda r: float(r["efficiency_pct"])) if many else one
-    print(f"{w:<10} {'dptrain':<18} {float(one['throughput_per_gpu']):>11.0f} {float(default['throughput_per_gpu']):>11.0f} "
-          f"{float(default['efficiency_pct']):>9.1f}%  {float(best['bucket_cap_mb']):.0f} MB: {float(best['efficiency_pct']):.1f}%")
-    d1 = [r["throughput"] for r in train_rows if r["workload"] == w and r["world"] == 1]
-    dn = [r["throughput"] for r in train_rows if r["workload"] == w and r["world"] == n]
-    if d1 and dn:
-        print(f"{'':<10} {'dpt-train defaults':<18} {d1[0]:>11.0f} {dn[0]:>11.0f} {100 * dn[0] / d1[0]:>9.1f}%")
-    t1 = [r for r in torch_rows if r["workload"] == w and r.get("world", 1) == 1]
-    tn = [r for r in torch_rows if r["workload"] == w and r.get("world", 1) == n]
-    if t1 and tn:
-        print(f"{'':<10} {tn[0]['system']:<18} {t1[0]['throughput']:>11.0f} {tn[0]['throughput']:>11.0f} "
-              f"{100 * tn[0]['throughput'] / t1[0]['throughput']:>9.1f}%")
-        print(f"{'':<10} {'dptrain / PyTorch':<18} {float(one['throughput_per_gpu']) / t1[0]['throughput']:>10.2f}x "
-              f"{float(default['throughput_per_gpu']) / tn[0]['throughput']:>10.2f}x")
+    ours = {}
+    for r in rows:  # a count's first row is at the default bucket size; the bucket sweep's rows come later
+        ours.setdefault(int(r["gpus"]), float(r["throughput_per_gpu"]))
+    line(w, "dpt-bench", ours)
+    line("", "dpt-train defaults", {r["world"]: r["throughput"] for r in train_rows if r["workload"] == w})
+    theirs = {r.get("world", 1): r["throughput"] for r in torch_rows if r["workload"] == w}
+    systems = [r["system"] for r in torch_rows if r["workload"] == w and r.get("world", 1) > 1]
+    line("", systems[0] if systems else "PyTorch DDP", theirs)
+    ratio = " ".join(f"{ours[n] / theirs[n]:>10.2f}x" if n in ours and n in theirs else f"{'-':>11}" for n in counts)
+    print(f"{'':<10} {'dpt-bench / PyTorch':<19} {ratio}")
+    at_most = [r for r in rows if int(r["gpus"]) == counts[-1]]
+    if len(at_most) > 1:
+        best = max(at_most, key=lambda r: float(r["efficiency_pct"]))
+        print(f"{'':<10} best bucket at {counts[-1]} GPUs: {float(best['bucket_cap_mb']):.0f} MB, "
+              f"{float(best['efficiency_pct']):.1f}%")
 PY
