@@ -26,33 +26,9 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 cd "$root"
 build="${DPT_BUILD_DIR:-$root/build-gpu}"
 logs="${OUT:-$build}"
-deps="$root/.deps"
 mkdir -p "$build" "$logs"
-
-# Never let NCCL or anything else set up NVLink multicast on these machines.
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-dep_libs="$deps/usr/lib/x86_64-linux-gnu:$deps/usr/lib:$deps/lib/x86_64-linux-gnu"
-export LD_LIBRARY_PATH="$dep_libs${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
-
-if [[ ! -d "$deps/usr/include/eigen3" ]]; then
-  echo "gpu-test: $deps/usr is missing the unpacked dependency packages" >&2
-  exit 2
-fi
-# Debian's Gloo export names its library by absolute path (/usr/lib/libgloo.so...); point it into .deps.
-gloo_targets="$deps/usr/share/cmake/Gloo/GlooTargets-relwithdebinfo.cmake"
-if [[ -f "$gloo_targets" ]] && grep -q '"/usr/lib/libgloo' "$gloo_targets"; then
-  sed -i 's#"/usr/lib/libgloo#"${_IMPORT_PREFIX}/lib/libgloo#g' "$gloo_targets"
-fi
-
-generator=()
-keep_going=(-k)
-if command -v ninja >/dev/null 2>&1; then
-  generator=(-G Ninja)
-  keep_going=(-k 0)
-fi
-if [[ -f "$build/CMakeCache.txt" ]] && ! grep -q "CMAKE_GENERATOR:INTERNAL=${generator[1]:-Unix Makefiles}$" "$build/CMakeCache.txt"; then
-  rm -rf "$build/CMakeCache.txt" "$build/CMakeFiles"  # the generator changed since the last run
-fi
+# .deps on the library path, NVLink multicast off, gpu_configure (scripts/gpu-configure.sh).
+source "$root/scripts/gpu-configure.sh"
 jobs="$(nproc)"
 
 summary() {  # summary <status line> : device, counts and failures, printed last
@@ -69,11 +45,7 @@ summary() {  # summary <status line> : device, counts and failures, printed last
 }
 
 echo "gpu-test: configuring into $build"
-if ! cmake -S "$root" -B "$build" "${generator[@]}" -DCMAKE_BUILD_TYPE=Release -DDPT_CUDA=ON \
-    -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_PREFIX_PATH="$deps/usr" -DEigen3_DIR="$deps/usr/share/eigen3/cmake" \
-    -DCMAKE_POLICY_VERSION_MINIMUM=3.5 \
-    -DCMAKE_EXE_LINKER_FLAGS="-Wl,-rpath-link,$dep_libs" -DCMAKE_SHARED_LINKER_FLAGS="-Wl,-rpath-link,$dep_libs" \
-    >"$logs/configure.log" 2>&1; then
+if ! gpu_configure "$root" "$build" "$logs/configure.log"; then
   tail -n 30 "$logs/configure.log"
   summary "result:  CONFIGURE FAILED (log: $logs/configure.log)"
   exit 1
