@@ -15,12 +15,12 @@
 // negative interference, which would predict steps faster than one GPU's at smaller N.
 //
 // The bus bandwidth beta is fitted from the measured communication time less the latency term, when that
-// time is a transfer time: a sum of bucket spans longer than the whole step counts spans that ran at once
-// or waited on something else (updates, peers), or was timed on an eager step beside a replayed one
-// (dpt-bench times its collectives on one eager step), and would give a bandwidth far below the link's. Then beta
-// keeps its default and the step is reproduced through `hidden` and `interference` alone. Nodes joined by a
-// slower network use the network's beta for the inter-node part (hierarchical: NVLink within a node,
-// network across). So the model's step never falls below one GPU's and never shrinks as N grows.
+// time is a transfer time. A sum of bucket spans longer than the whole step is not: it counts spans that ran
+// at once or waited on something else (updates, peers), or it was timed on an eager step beside a replayed
+// one (dpt-bench times its collectives on one eager step); it would give a bandwidth far below the link's.
+// Then beta keeps its default and the step is reproduced through `hidden` and `interference` alone. Nodes
+// joined by a slower network use the network's beta for the inter-node part (hierarchical: NVLink within a
+// node, network across). So the model's step never falls below one GPU's and never shrinks as N grows.
 #include <cstdint>
 
 namespace dpt::bench {
