@@ -49,8 +49,9 @@
 #                     without a result, so that a run under a time limit still ends with its table
 # DPT_CONV_JOBS       combinations run at once (default 1), each on GPUs of its own: the visible GPUs are
 #                     cut into that many groups (4 GPUs, 2 jobs: GPUs 0-1 and 2-3), a combination waits for a
-#                     free group, and one needing more GPUs than a group has is skipped. A combination's
-#                     numbers do not depend on what runs beside it; its time does.
+#                     free group, and one needing more GPUs than a group has is skipped. The host's cores
+#                     are cut alike, so that the CPU floor runs of two jobs do not share cores. A
+#                     combination's numbers do not depend on what runs beside it; its time does.
 # `scripts/gpu-convergence.sh --table-only` prints the table again from the files of an earlier run.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
@@ -291,9 +292,12 @@ else
 fi
 ((jobs <= visible)) || usage_error "DPT_CONV_JOBS=$jobs, but only $visible GPU(s) are visible"
 group_size=$((visible / jobs))
-groups=()
+groups=() cpu_sets=()  # job j's GPUs and, with several jobs, its share of the host's cores
+cores="$(nproc)"
 for ((j = 0; j < jobs; j++)); do
   groups+=("$(IFS=,; echo "${gpu_ids[*]:j*group_size:group_size}")")
+  first_core=$((j * cores / jobs)) last_core=$(((j + 1) * cores / jobs - 1))
+  cpu_sets+=("$first_core-$((last_core > first_core ? last_core : first_core))")
 done
 # NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
 source "$root/scripts/gpu-env.sh"
@@ -347,9 +351,9 @@ done
 echo "gpu-convergence: ${#combinations[@]} combinations, $steps steps each, $visible GPU(s) visible," \
   "$jobs at once on GPUs ${groups[*]}; files in $out"
 began=$SECONDS
-declare -A group_of_job=()  # pid of a running combination -> its GPU group
-free_groups=("${groups[@]}")
-take_group() {  # sets group to a free GPU group, waiting for a running combination to end if none is free
+declare -A group_of_job=()  # pid of a running combination -> the index of its group
+mapfile -t free_groups < <(seq 0 $((jobs - 1)))
+take_group() {  # sets group to a free group's index, waiting for a running combination to end if none is free
   while ((${#free_groups[@]} == 0)); do
     local pid
     wait -n -p pid "${!group_of_job[@]}"
@@ -382,7 +386,8 @@ for c in "${combinations[@]}"; do
   fi
   if [[ "$status" == run ]]; then
     (
-      export CUDA_VISIBLE_DEVICES="$group"
+      export CUDA_VISIBLE_DEVICES="${groups[group]}"
+      if ((jobs > 1)) && command -v taskset >/dev/null; then taskset -cp "${cpu_sets[group]}" "$BASHPID" >/dev/null; fi
       run_combination "$tag" "$w" "$p" "$n" "$b" "$floor"
     ) &
     group_of_job[$!]="$group"
