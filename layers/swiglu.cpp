@@ -7,6 +7,11 @@ namespace dpt::nn {
 
 int64_t SwiGLU::hidden_width(int64_t n_embd) { return (8 * n_embd / 3 + 7) / 8 * 8; }
 
+int64_t SwiGLU::parameter_count(int64_t n_embd, bool bias) {
+  const int64_t h = hidden_width(n_embd);
+  return 3 * n_embd * h + (bias ? 2 * h + n_embd : 0);  // gate and up C x H (+ H each), proj H x C (+ C)
+}
+
 SwiGLU::SwiGLU(int64_t n_embd, double dropout, Generator& gen, bool bias) : dropout_(dropout), gen_(&gen) {
   const int64_t h = hidden_width(n_embd);
   gate = register_module("gate", std::make_shared<Linear>(n_embd, h, bias, gen));

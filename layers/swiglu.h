@@ -14,6 +14,7 @@ class SwiGLU : public FeedForwardLayer {
   Tensor forward(const Tensor& x) override;
   Tensor forward_residual(const Tensor& x, const Tensor& residual) override;
   static int64_t hidden_width(int64_t n_embd);
+  static int64_t parameter_count(int64_t n_embd, bool bias);
 
   std::shared_ptr<Linear> gate;  // C -> H
   std::shared_ptr<Linear> up;    // C -> H

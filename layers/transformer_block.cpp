@@ -10,6 +10,10 @@ FeedForward::FeedForward(int64_t n_embd, double dropout, Generator& gen, bool bi
   proj = register_module("proj", std::make_shared<Linear>(4 * n_embd, n_embd, bias, gen));
 }
 
+int64_t FeedForward::parameter_count(int64_t n_embd, bool bias) {
+  return 8 * n_embd * n_embd + (bias ? 5 * n_embd : 0);  // fc C x 4C (+ 4C), proj 4C x C (+ C)
+}
+
 Tensor FeedForward::forward(const Tensor& x) {
   // gelu fused into fc's GEMM, and its backward into proj's (dpt::linear).
   return dropout(proj->forward(fc->forward_with(x, Activation::Gelu)), dropout_, is_training(), *gen_);

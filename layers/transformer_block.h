@@ -15,6 +15,7 @@ namespace dpt::nn {
 class FeedForward : public FeedForwardLayer {
  public:
   FeedForward(int64_t n_embd, double dropout = 0.0, Generator& gen = default_generator(), bool bias = true);
+  static int64_t parameter_count(int64_t n_embd, bool bias);
   Tensor forward(const Tensor& x) override;
   // residual + forward(x), the add inside proj's GEMM when there is no dropout to apply first, inside
   // the dropout kernel when there is (dpt::dropout_add).

@@ -19,6 +19,13 @@ void collect(const char* section, const Registry<F>& registry, std::vector<Regis
       out.push_back({fmt::format("{}.{}.{}", section, entry.name, spec.name), spec});
 }
 
+template <class F>
+std::vector<RegisteredComponent> components_of(const Registry<F>& registry) {
+  std::vector<RegisteredComponent> out;
+  for (const auto& entry : registry.entries()) out.push_back({entry.name, entry.help});
+  return out;
+}
+
 }  // namespace
 
 Registry<OptimizerFactory>& optimizers() {
@@ -47,12 +54,12 @@ std::vector<RegisteredSetting> registered_settings() {
   return out;
 }
 
-std::vector<std::string> registered_names(const std::string& kind_key) {
-  if (kind_key == "model.kind") return models().names();
-  if (kind_key == "data.kind") return datasets().names();
-  if (kind_key == "optim.kind") return optimizers().names();
-  if (kind_key == "schedule.kind") return schedules().names();
-  if (kind_key == "model.gpt.ffn") return nn::feed_forwards().names();
+std::vector<RegisteredComponent> registered_components(const std::string& kind_key) {
+  if (kind_key == "model.kind") return components_of(models());
+  if (kind_key == "data.kind") return components_of(datasets());
+  if (kind_key == "optim.kind") return components_of(optimizers());
+  if (kind_key == "schedule.kind") return components_of(schedules());
+  if (kind_key == "model.gpt.ffn") return components_of(nn::feed_forwards());
   return {};
 }
 

@@ -83,14 +83,18 @@ struct ModelFactory {
 };
 Registry<ModelFactory>& models();
 
-// For the config schema: every registered setting with its full key, and the registered names a kind key
-// ("optim.kind", ...) allows.
+// For the config schema: every registered setting with its full key, and the registered components a kind
+// key ("optim.kind", "model.gpt.ffn", ...) allows, each a name and what it is.
 struct RegisteredSetting {
   std::string key;
   SettingSpec spec;
 };
 std::vector<RegisteredSetting> registered_settings();
-std::vector<std::string> registered_names(const std::string& kind_key);
+struct RegisteredComponent {
+  std::string name;
+  std::string help;
+};
+std::vector<RegisteredComponent> registered_components(const std::string& kind_key);
 // The form ("tokens", "images", "features") of a registered dataset, or "" when `kind` is not one.
 std::string registered_data_form(const std::string& kind);
 

@@ -94,9 +94,9 @@ std::optional<std::string> assign(const Field& f, const YAML::Node& node, Config
 void add_registered(std::vector<Field>& s) {
   for (Field& f : s) {
     if (f.kind != Kind::Choice) continue;
-    for (const std::string& name : registered_names(f.path))
-      if (std::find(f.spec.choices.begin(), f.spec.choices.end(), name) == f.spec.choices.end())
-        f.spec.choices.push_back(name);
+    for (const RegisteredComponent& c : registered_components(f.path))
+      if (std::find(f.spec.choices.begin(), f.spec.choices.end(), c.name) == f.spec.choices.end())
+        f.spec.choices.push_back(c.name);
   }
   for (const RegisteredSetting& r : registered_settings()) {
     const Kind kind = kind_of(r.spec.type);
@@ -139,8 +139,7 @@ std::vector<Field> build_schema() {
   DPT_KEY(Bool, "model.gpt.bias", model.gpt.bias,
           .help = "biases in the Linears and LayerNorms; false as in nanoGPT's recipes");
   DPT_KEY(Choice, "model.gpt.ffn", model.gpt.ffn, .choices = {},
-          .help = "each block's feed-forward: mlp = proj(gelu(fc(x))), 4 n_embd wide (GPT-2); swiglu = "
-                  "proj(silu(gate(x)) * up(x)), 8/3 n_embd wide (LLaMA)");
+          .help = "each block's feed-forward (registered components: below)");
   DPT_KEY(IntList, "model.cnn.channels", model.cnn.channels, .min = 1,
           .help = "output channels of each conv + ReLU + 2x2 max-pool stage");
   DPT_KEY(Int, "model.cnn.kernel_size", model.cnn.kernel_size, .min = 1, .max = 15, .help = "conv kernel (odd)");
@@ -1151,6 +1150,16 @@ std::string config_reference() {
   for (const Field& f : schema()) {
     out += fmt::format("| `{}` | {} | `{}` | {} | {} |\n", f.path, kind_name(f.kind), cell(default_text(f)),
                        cell(allowed_text(f)), cell(f.spec.help));
+  }
+  // What each registered name stands for, from its registry entry: a component added to a registry is
+  // described here without a word changed in this file. By name, as self-registration follows link order.
+  out += "\n## Registered components\n\n| key | name | what it is |\n| --- | --- | --- |\n";
+  for (const Field& f : schema()) {
+    if (f.kind != Kind::Choice) continue;
+    std::vector<RegisteredComponent> components = registered_components(f.path);
+    std::sort(components.begin(), components.end(), [](const auto& a, const auto& b) { return a.name < b.name; });
+    for (const RegisteredComponent& c : components)
+      out += fmt::format("| `{}` | `{}` | {} |\n", f.path, c.name, cell(c.help));
   }
   return out;
 }

@@ -66,6 +66,10 @@ TEST(ComponentConfig, TheReferenceAndTheResolvedYamlCarryRegisteredKeys) {
   const std::string ref = config_reference();
   EXPECT_NE(ref.find("| `optim.lion.beta2` | number | `0.99` | a number in [0, 1] |"), std::string::npos) << ref;
   EXPECT_NE(ref.find("`model.gpt.ffn` | choice | `mlp` | one of mlp \\| swiglu"), std::string::npos);
+  // Each registered name is described by its entry's help, which no config code repeats.
+  EXPECT_NE(ref.find("| `model.gpt.ffn` | `swiglu` | LLaMA: proj(silu(gate(x)) * up(x))"), std::string::npos) << ref;
+  EXPECT_NE(ref.find("| `optim.kind` | `lion` | Lion: sign of an interpolated momentum"), std::string::npos) << ref;
+  EXPECT_NE(ref.find("| `data.kind` | `copy_reverse` | "), std::string::npos) << ref;
   // Registered keys come right after their section's built-in keys, before the next section.
   EXPECT_LT(ref.find("`optim.lion.beta1`"), ref.find("`schedule.kind`"));
   EXPECT_GT(ref.find("`optim.lion.beta1`"), ref.find("`optim.nesterov`"));

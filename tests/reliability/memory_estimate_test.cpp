@@ -14,6 +14,7 @@
 #include "core/factory.h"
 #include "core/flags.h"
 #include "layers/conv.h"
+#include "layers/feed_forward.h"
 #include "layers/gpt.h"
 #include "layers/linear.h"
 #include "layers/mlp.h"
@@ -112,6 +113,16 @@ TEST(MemoryEstimate, CountsTheParametersOfTheModelsExactly) {
   gc.n_embd = 32;
   EXPECT_EQ(estimate_training_memory(config, shape, dpt::DType::Float32, dpt::Device::cpu(), 1).parameters,
             parameters_of(dpt::nn::GPT(gc, gen)));
+  // Every registered feed-forward, with and without biases: the count comes from its registry entry.
+  for (const std::string& ffn : dpt::nn::feed_forwards().names()) {
+    for (bool bias : {true, false}) {
+      config.model.gpt.ffn = gc.ffn = ffn;
+      config.model.gpt.bias = gc.bias = bias;
+      EXPECT_EQ(estimate_training_memory(config, shape, dpt::DType::Float32, dpt::Device::cpu(), 1).parameters,
+                parameters_of(dpt::nn::GPT(gc, gen)))
+          << ffn << (bias ? " with" : " without") << " biases";
+    }
+  }
   // MLP.
   config.model.kind = "mlp";
   config.model.mlp.hidden = {48, 24};

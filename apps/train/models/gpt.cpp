@@ -6,9 +6,9 @@
 #include "core/error.h"
 #include "core/flags.h"
 #include "core/ops_flash_attention.h"
+#include "layers/feed_forward.h"
 #include "layers/flops.h"
 #include "layers/gpt.h"
-#include "layers/swiglu.h"
 
 namespace dpt::train {
 namespace {
@@ -54,8 +54,9 @@ bool runs_fused_attention(const nn::GPTConfig& gc, DType compute, const Device& 
          fused_causal_attention_supported(compute, gc.n_embd / gc.n_head) && flag_value(Flag::Attention) != "reference";
 }
 
-// wte V x C, wpe T x C, per block two LayerNorms (2C each), qkv (3C^2 + 3C), proj (C^2 + C), fc (4C^2 + 4C),
-// fc proj (4C^2 + C), then ln_f (2C); the head is tied to wte.
+// wte V x C, wpe T x C, per block two LayerNorms (2C each, C without biases), qkv (3C^2 + 3C), proj
+// (C^2 + C) and the feed-forward (its registry entry counts it, layers/feed_forward.h), then ln_f; the
+// head is tied to wte.
 // Activations kept per token and layer: the block's inputs and outputs of LayerNorms, qkv, attention,
 // projections and the MLP's 4C-wide hidden (about 18 C values); without fused attention (the CPU, a
 // composed case on the GPU, or attention dropout) also the [T x T] scores, softmax and dropout of every head (3 H T
@@ -70,10 +71,10 @@ ModelFootprint estimate_gpt(const Config& config, const Settings&, const DataSha
   const double heads = static_cast<double>(gc.n_head), t = static_cast<double>(shape.seq_len);
   const double b = static_cast<double>(config.training.batch_size);
   ModelFootprint out;
-  // The feed-forward: fc and proj (8C^2 + 5C), or SwiGLU's gate, up and proj around H = SwiGLU::hidden_width.
-  const double hidden = static_cast<double>(nn::SwiGLU::hidden_width(gc.n_embd));
-  const double ffn = gc.ffn == "swiglu" ? 3 * ch * hidden + 2 * hidden + ch : 8 * ch * ch + 5 * ch;
-  out.parameters = v * ch + block * ch + layers * (4 * ch * ch + 8 * ch + ffn) + 2 * ch;
+  const double ffn = static_cast<double>(nn::feed_forward_parameters(gc.ffn, gc.n_embd, gc.bias));
+  const double norm = gc.bias ? 2 * ch : ch;  // a LayerNorm's weight and bias
+  const double attention = 4 * ch * ch + (gc.bias ? 4 * ch : 0);
+  out.parameters = v * ch + block * ch + layers * (2 * norm + attention + ffn) + norm;
   const double scores = runs_fused_attention(gc, compute, device) && gc.dropout == 0 ? 0 : 3 * heads * t;
   const double per_layer = (18 * ch + scores) * c;
   out.activations = b * t * ((layers + 1) * per_layer + ch * c + v * (c + 8));
