@@ -27,6 +27,8 @@ import subprocess
 import sys
 from concurrent.futures import ThreadPoolExecutor
 
+from logged import logged_median
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # Spread over the ranges users train (GPT: width 256-2048, layers 2-24, context 128-2048, batch 1-64;
 # MLP: width 512-16384, depth 2-8, batch 64-4096), away from the three benchmark shapes.
@@ -58,12 +60,7 @@ def dptrain_step_ms(train, config, run_dir, steps, log, env):
               "--set", f"checkpoint.dir={run_dir}", "--set", f"logging.metrics_file={run_dir}/metrics.jsonl",
               "--set", "checkpoint.resume=never", "--set", "eval.every=0",
               "--set", "eval.batches=1", "--set", "logging.progress_bar=false"], log, env)
-    metrics = os.path.join(run_dir, "metrics.jsonl")
-    if rc != 0 or not os.path.exists(metrics):
-        return None
-    rows = [json.loads(l) for l in open(metrics) if '"step_ms"' in l]
-    times = [r["step_ms"] for r in rows[1:]]
-    return statistics.median(times) if times else None
+    return logged_median(os.path.join(run_dir, "metrics.jsonl"), "step_ms") if rc == 0 else None
 
 
 def pytorch_step_ms(config, mode, steps, log, env):

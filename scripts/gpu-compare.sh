@@ -68,10 +68,7 @@ step_ms() {  # step_ms BIN WORKLOAD GPUS MODE LOG: one run's median step (ms), o
   [[ "$mode" == eager ]] || cmd+=(--cuda-graph)
   ((n == 1)) || cmd=("$bin/dpt-run" --standalone --nproc-per-node "$n" -- "${cmd[@]}")
   timeout 600 "${cmd[@]}" >"$log" 2>&1
-  grep -o '{.*"step_ms".*}' "$log" | head -n 1 |
-    python3 -c 'import json, sys
-try: print("%.3f" % json.load(sys.stdin)["step_ms"])
-except ValueError: print("NA")'
+  python3 "$root/bench/logged.py" bench "$log"
 }
 
 results="$logs/compare.tsv"

@@ -38,17 +38,9 @@ train_defaults() {
   ((${2} == 1)) || cmd=("$bin/dpt-run" --standalone --nproc-per-node "$2" -- "${cmd[@]}")
   rm -rf "$run"
   timeout 300 "${cmd[@]}" >"$run.log" 2>&1 || echo "dpt-train $1 on $2 GPU(s) failed: see $run.log"
-  python3 - "$1" "$2" "$run/metrics.jsonl" >>"$defaults" <<'PY'
-import json, statistics, sys
-w, n, path = sys.argv[1], int(sys.argv[2]), sys.argv[3]
-try:
-    per_gpu = [r["throughput_per_gpu"] for r in map(json.loads, open(path))
-               if r.get("type") == "train" and r.get("throughput_per_gpu")][1:]
-except OSError:
-    per_gpu = []
-if per_gpu:
-    print(json.dumps({"workload": w, "world": n, "throughput": statistics.median(per_gpu)}))
-PY
+  local per_gpu
+  per_gpu="$(python3 "$root/bench/logged.py" median "$run/metrics.jsonl" throughput_per_gpu)"
+  [[ "$per_gpu" == NA ]] || echo "{\"workload\": \"$1\", \"world\": $2, \"throughput\": $per_gpu}" >>"$defaults"
 }
 
 for w in $workloads; do

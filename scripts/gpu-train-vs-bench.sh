@@ -44,26 +44,18 @@ train_ms() {  # train_ms WORKLOAD GPUS TAG [OVERRIDE...]: dpt-train's median log
   rm -rf "$run"
   launch "$n" "$bin/dpt-train" -c "$root/configs/bench_$w.yaml" "training.steps=$steps" "logging.every=$every" \
     "checkpoint.dir=$run" "$@" >"$run.log" 2>&1
-  python3 - "$run/metrics.jsonl" <<'PY'
-import json, statistics, sys
-try:
-    steps = [r["step_ms"] for r in map(json.loads, open(sys.argv[1])) if r.get("type") == "train"][1:]
-    print(f"{statistics.median(steps):.3f}")
-except (OSError, ValueError, KeyError, statistics.StatisticsError):
-    print("NA")
-PY
+  python3 "$root/bench/logged.py" median "$run/metrics.jsonl" step_ms
 }
 
 bench_ms() {  # bench_ms WORKLOAD GPUS [FLAG...]: dpt-bench train's median step (ms), or NA
   local w="$1" n="$2" steps=60
   shift 2
   [[ "$w" != gpt2_124m ]] || steps=20
+  local log="$out/bench_${w}_${n}_$#.log"
   # shellcheck disable=SC2046  # the flags are words
   launch "$n" "$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup 5 $(best_flags "$w" "$n") "$@" \
-    2>>"$out/bench.err" | grep -o '{.*}' | head -n 1 |
-    python3 -c 'import json, sys
-try: print("%.3f" % json.load(sys.stdin)["step_ms"])
-except (ValueError, KeyError): print("NA")'
+    >"$log" 2>&1
+  python3 "$root/bench/logged.py" bench "$log"
 }
 
 for w in $workloads; do
