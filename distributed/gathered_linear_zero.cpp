@@ -82,6 +82,44 @@ bool GatheredLinearZero::shards_evenly(const std::shared_ptr<nn::Module>& module
                      [world](const auto& l) { return l.second->weight.size(0) % world == 0; });
 }
 
+// The copy engines gather only between symmetric windows: the weights move into one window of the parameter
+// communicator (each weight's start aligned to 256 elements, so every rank's block of rows stays 16-byte
+// aligned for any row count), keeping their values and their identity as tensors.
+void GatheredLinearZero::move_weights_into_window(const std::vector<std::pair<std::string, nn::Linear*>>& linears) {
+  constexpr int64_t kAlign = 256;
+  std::vector<int64_t> offsets;
+  int64_t total = 0;
+  for (const auto& [path, linear] : linears) {
+    offsets.push_back(total);
+    total += (linear->weight.numel() + kAlign - 1) / kAlign * kAlign;
+  }
+  const Tensor window = param_group_->symmetric_zeros(total, linears.front().second->weight.options());
+  for (size_t i = 0; i < linears.size(); ++i) {
+    const Tensor& w = linears[i].second->weight;
+    Tensor slot = window.slice(offsets[i], offsets[i] + w.numel()).reshape(w.shape());
+    slot.copy_(w);
+    nn::replace_data(w, slot);
+  }
+}
+
+// [rows, cols] for every rank's rows: in a window of the row communicator on the copy engines. Collective
+// then (every rank allocates the same buffers in the same order, at the first forward).
+Tensor GatheredLinearZero::rows_buffer(int64_t rows, int64_t cols, const TensorOptions& options) {
+  if (!copy_engines_) return Tensor::empty({rows, cols}, options);
+  return row_group_->symmetric_zeros(rows * cols, options).reshape({rows, cols});
+}
+
+// Every rank's rows of `mine` into `all`, in rank order. On the copy engines the gather runs in place inside
+// `all`'s window: this rank's rows are copied into their slot first, on the current stream, which the
+// gather is ordered after.
+std::shared_ptr<Work> GatheredLinearZero::gather_rows(const Tensor& all, const Tensor& mine) {
+  if (!copy_engines_) return row_group_->allgather(all, mine);
+  const int64_t rows = all.size(0) / row_group_->size();
+  Tensor slot = all.slice(row_group_->rank() * rows, (row_group_->rank() + 1) * rows);
+  slot.copy_(mine.reshape(slot.shape()));
+  return row_group_->allgather(all, slot);
+}
+
 GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::vector<optim::ParamGroup>& groups,
                                        const Factory& make, UpdateTiming when)
     : ddp_(ddp), when_(when), shard_("GatheredLinearZero", groups), group_(ddp.process_group()) {
@@ -93,6 +131,15 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   const int64_t world = group_->size(), rank = group_->rank();
   std::vector<std::pair<std::string, nn::Linear*>> linears;
   collect_linears(ddp.module(), "", linears);
+  copy_engines_ = ddp.options().copy_engines && !linears.empty() && linears.front().second->weight.device().is_cuda();
+  row_group_ = group_;
+  if (copy_engines_) {
+    ProcessGroupOptions options = group_->options();
+    options.copy_engines = true;
+    row_group_ = group_->duplicate(options);
+  }
+  param_group_ = row_group_->duplicate();
+  if (copy_engines_) move_weights_into_window(linears);
   for (const auto& [path, linear] : linears) {
     Layer layer;
     layer.name = path;
@@ -127,7 +174,6 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   sharded_elements_ = shard_.elements();
   inner_ = shard_.make_optimizer(make);
 
-  param_group_ = group_->duplicate();
   if (!layers_.empty() && layers_.front().weight.device().is_cuda()) {
     update_stream_ = std::make_unique<SideStream>(layers_.front().weight.device());
     ready_stream_ = std::make_unique<SideStream>(layers_.front().weight.device());
@@ -158,15 +204,15 @@ void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
             layer.name);
   const int64_t rows_all = group_->size() * x.size(0);
   if (!layer.x_all.defined() || layer.x_all.size(0) != rows_all || layer.x_all.dtype() != x.dtype()) {
-    layer.x_all = Tensor::empty({rows_all, layer.in}, x.options());
-    layer.dpre_all = Tensor::empty({rows_all, layer.out}, x.options());
+    layer.x_all = rows_buffer(rows_all, layer.in, x.options());
+    layer.dpre_all = rows_buffer(rows_all, layer.out, x.options());
     layer.dpre_mine = Tensor::empty({rows_all, layer.rows}, x.options());
   }
   if (record_timing_ && update_stream_ && !timing_) {
     timing_ = std::make_unique<TimingState>(layer.weight.device());
     timing_->start.record();
   }
-  layer.x_gather = collective(0, [&] { return group_->allgather(layer.x_all, x); });
+  layer.x_gather = collective(0, [&] { return gather_rows(layer.x_all, x); });
 }
 
 // Backward: the output gradient goes to every rank at once; the update that uses it is queued at the
@@ -182,7 +228,7 @@ void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
     in_backward_ = true;
     if (when_ == UpdateTiming::WhenReduced) inner_->begin_step();
   }
-  layer.dpre_gather = collective(0, [&] { return group_->allgather(layer.dpre_all, dpre); });
+  layer.dpre_gather = collective(0, [&] { return gather_rows(layer.dpre_all, dpre); });
   if (pending_ >= 0) launch_update(static_cast<size_t>(pending_));
   pending_ = static_cast<int64_t>(l);
 }

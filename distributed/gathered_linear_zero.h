@@ -47,6 +47,12 @@
 // rank (only the rows this rank owns are updated there: gather_targets() makes them whole). The step
 // (WhenReduced) or its backward (OnStep) can be captured in a CUDA graph after an eager step (count the
 // inner AdamW's steps on the device when the graph holds updates). Works on Gloo (CPU) and NCCL.
+//
+// DDPOptions::copy_engines (CUDA, the GPUs of one host): every all-gather moves by the copy engines instead
+// of NCCL kernels (collectives/process_group.h), so backward's GEMMs and the updates keep every SM and the
+// gathers do not wait for SMs to free up. The copy engines move bytes only between symmetric windows: the
+// weights move into one window at construction (the same tensors, new storage), the gathered rows are
+// allocated in windows, and each rank's rows are copied into their slot before an in-place gather.
 #include <functional>
 #include <memory>
 #include <string>
@@ -58,6 +64,10 @@
 #include "distributed/sharded_optimizer.h"
 #include "distributed/update_timing.h"
 #include "optim/optimizer.h"
+
+namespace dpt::nn {
+class Linear;
+}
 
 namespace dpt::dist {
 
@@ -117,12 +127,17 @@ class GatheredLinearZero : public ShardedOptimizer {
   void form_gradients(Layer& layer);
   void update_and_gather(Layer& layer);
   void finish_backward();
+  void move_weights_into_window(const std::vector<std::pair<std::string, nn::Linear*>>& linears);
+  Tensor rows_buffer(int64_t rows, int64_t cols, const TensorOptions& options);
+  std::shared_ptr<Work> gather_rows(const Tensor& all, const Tensor& mine);
 
   DistributedDataParallel& ddp_;
   UpdateTiming when_;
   ShardPieces shard_;                          // this rank's pieces, and whole tensors from every rank's
-  std::shared_ptr<ProcessGroup> group_;        // x and dpre all-gathers (DDP's group)
+  std::shared_ptr<ProcessGroup> group_;        // DDP's group: checkpoints' whole tensors
+  std::shared_ptr<ProcessGroup> row_group_;    // x and dpre all-gathers (DDP's group, or on the copy engines)
   std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
+  bool copy_engines_ = false;                  // DDPOptions::copy_engines on CUDA (see the header)
   std::vector<Layer> layers_;
   std::unique_ptr<optim::Optimizer> inner_;
   // The stream the gradients and updates run on (CUDA), beside backward on the compute stream (the device's

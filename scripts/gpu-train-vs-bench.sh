@@ -26,7 +26,7 @@ best_flags() {  # best_flags WORKLOAD GPUS
   case "$1:$2" in
     tiny_gpt:*) echo --overlap-optimizer ;;
     mlp_92m:1 | gpt2_124m:1) ;;
-    mlp_92m:*) echo --gathered-grads ;;
+    mlp_92m:*) echo --gathered-grads --copy-engines ;;
     gpt2_124m:*) echo --zero --updates-when-reduced --copy-engines ;;
   esac
 }

@@ -96,7 +96,7 @@ struct Args {
   bool unfused_master = false;        // bf16: float32 master gradients and a separate bf16 copy pass
   bool zero = false;                  // with DDP: ZeRO-1, the optimizer sharded across ranks inside backward
   bool gathered_grads = false;        // ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)
-  bool copy_engines = false;          // with --zero: reduce-scatters and all-gathers on the copy engines (DDPOptions)
+  bool copy_engines = false;          // with --zero or --gathered-grads: the collectives on the copy engines (DDPOptions)
   std::string save_start;             // non-empty: write the initial float32 parameters and the batch here (rank 0)
   bool cuda_graph = false;            // capture one step after warm-up and replay it (one launch per step)
   bool held = false;                  // also time steps on a held stream: the GPU time without launch gaps
@@ -106,8 +106,8 @@ struct Args {
 
 // What the options allow together (each on its own was checked while parsing).
 void check_combinations(const Args& a) {
-  DPT_CHECK(!a.copy_engines || (a.zero && !a.gathered_grads),
-            "dpt-bench train: --copy-engines moves the sharded buckets of --zero (not --gathered-grads)");
+  DPT_CHECK(!a.copy_engines || a.zero || a.gathered_grads,
+            "dpt-bench train: --copy-engines moves the collectives of --zero or --gathered-grads");
   DPT_CHECK(!(a.zero || a.overlap_optimizer) || (a.precision != "fp16" && !a.unfused_master),
             "dpt-bench train: --zero and --overlap-optimizer update inside backward, from bf16 compute twins or "
             "float32 gradients: not with fp16 (loss scaling) or --unfused-master");
@@ -455,7 +455,7 @@ SubcommandRun setup_train_bench(CLI::App& app) {
   app.add_flag_callback(
       "--gathered-grads", [a] { a->gathered_grads = a->zero = true; },
       "ZeRO-1 whose Linear gradients come from gathered inputs (MLP only)");
-  app.add_flag("--copy-engines", a->copy_engines, "with --zero: reduce-scatters and all-gathers on the copy engines");
+  app.add_flag("--copy-engines", a->copy_engines, "with --zero or --gathered-grads: the collectives on the copy engines");
   app.add_option("--save-start", a->save_start, "write the initial float32 parameters and the batches here (rank 0)");
   app.add_flag("--losses", a->losses, "print every step's loss, warm-up included, as \"losses\" in the JSON line");
   app.add_option("--batches", a->batches, "repeat: one batch for every step; random: a fresh batch each step")

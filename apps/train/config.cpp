@@ -236,9 +236,9 @@ std::vector<Field> build_schema() {
                   "fastest measured for the model: gathered_grads for MLPs, zero for GPTs of 50M parameters or "
                   "more, allreduce otherwise, on CPUs and under fp16 (the run's first lines say which)");
   DPT_KEY(Choice, "distributed.copy_engines", distributed.copy_engines, .choices = {"auto", "true", "false"},
-          .help = "with strategy zero on GPUs of one host: the reduce-scatters and all-gathers move by the copy "
-                  "engines (NCCL symmetric memory, zero-CTA policy), not by NCCL kernels beside backward's; costs a "
-                  "receive buffer the size of the gradients; auto = when every rank is on one node");
+          .help = "with strategy zero or gathered_grads on GPUs of one host: the collectives move by the copy "
+                  "engines (NCCL symmetric memory, zero-CTA policy), not by NCCL kernels beside backward's; under "
+                  "zero it costs a receive buffer the size of the gradients; auto = when every rank is on one node");
   DPT_KEY(Int, "distributed.timeout_s", distributed.timeout_s, .min = 1, .max = 86400,
           .help = "seconds a collective or rendezvous may take before the rank fails");
   DPT_KEY(Bool, "distributed.debug_checks", distributed.debug_checks,
@@ -931,9 +931,10 @@ class Loader {
     if (c.training.cuda_graph == "true") check_cuda_graph(c);
     if (c.distributed.strategy == "zero") check_zero(c);
     if (c.distributed.strategy == "gathered_grads") check_gathered(c);
-    if (c.distributed.copy_engines == "true" && c.distributed.strategy != "zero") {
+    if (c.distributed.copy_engines == "true" && c.distributed.strategy != "zero" &&
+        c.distributed.strategy != "gathered_grads") {
       report("distributed.copy_engines",
-             "true moves the sharded buckets of strategy zero: needs distributed.strategy zero");
+             "true moves the collectives of a sharded optimizer: needs distributed.strategy zero or gathered_grads");
     }
     if (c.distributed.copy_engines == "true" && dev == "cpu") {
       report("distributed.copy_engines", "moves bytes between GPUs but training.device is cpu");

@@ -393,11 +393,11 @@ int Trainer::run() {
   spdlog::info("model   {}", model_->description());
   spdlog::info("data    {}: {} training / {} validation examples", data_.train->describe(), data_.train->size(),
                data_.val ? data_.val->size() : 0);
-  const char* sharding = !sharded_ ? ""
-                         : exchange_.strategy == "zero" && exchange_.copy_engines
-                             ? ", optimizer sharded (ZeRO-1, buckets exchanged by the copy engines)"
-                         : exchange_.strategy == "zero" ? ", optimizer sharded (ZeRO-1)"
-                                                        : ", optimizer sharded (ZeRO-1 from gathered layer inputs)";
+  const std::string sharding =
+      !sharded_ ? ""
+                : fmt::format(", optimizer sharded (ZeRO-1{}{})",
+                              exchange_.strategy == "zero" ? "" : " from gathered layer inputs",
+                              exchange_.copy_engines ? ", exchanged by the copy engines" : "");
   spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}{}", total_steps_,
                config_.training.grad_accum, config_.training.batch_size, model_->is_gpt() ? "sequences" : "examples",
                env_.world_size, device_text,

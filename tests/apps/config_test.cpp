@@ -269,10 +269,10 @@ TEST(ConfigErrors, GatheredGradsRefuseWhatTheyCannotShard) {
                    {{"distributed.comm_dtype=bf16"}, "needs distributed.comm_dtype fp32, got bf16"}});
 }
 
-// The copy engines move ZeRO-1's sharded buckets between GPUs: nothing else, nowhere else.
-TEST(ConfigErrors, CopyEnginesNeedZeroOnGpus) {
+// The copy engines move a sharded optimizer's collectives between GPUs: nothing else, nowhere else.
+TEST(ConfigErrors, CopyEnginesNeedAShardedOptimizerOnGpus) {
   expect_refusals("distributed.copy_engines=true",
-                  {{{}, "needs distributed.strategy zero"},
+                  {{{}, "needs distributed.strategy zero or gathered_grads"},
                    {{"distributed.strategy=zero", "training.device=cpu"}, "training.device is cpu"}});
 }
 

@@ -223,7 +223,7 @@ TEST(TrainCudaGraph, TwoGpusUnderZeroReproduceTheEagerRunExactly) {
 TEST(TrainCudaGraph, TwoGpusUnderZeroOnTheCopyEnginesMatchTheNcclRunExactly) {
   if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   std::string output = expect_captured_zero_run_matches_eager("zero_engines", {"distributed.copy_engines=true"});
-  EXPECT_NE(output.find("buckets exchanged by the copy engines"), std::string::npos) << output;
+  EXPECT_NE(output.find("optimizer sharded (ZeRO-1, exchanged by the copy engines)"), std::string::npos) << output;
 }
 
 // The graph through dpt-run on two GPUs under DDP: the AllReduces, launched by the gradient hooks during the
@@ -435,7 +435,8 @@ TEST(TrainStrategy, AutoShardsAnMlpOnTwoGpusAndReplaysTheStep) {
   args.push_back("data.num_classes=4");
   RunResult r = train(config_path("mlp_synthetic.yaml"), args, 2);
   ASSERT_EQ(r.exit_code, 0) << r.output;
-  EXPECT_NE(r.output.find("exchange gathered_grads (distributed.strategy auto: an MLP"), std::string::npos)
+  EXPECT_NE(r.output.find("exchange gathered_grads on the copy engines (distributed.strategy auto: an MLP"),
+            std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("steps   replayed from a CUDA graph"), std::string::npos) << r.output;
 }
@@ -472,8 +473,9 @@ TEST(TrainDistributed, GatheredBf16CheckpointsHoldTheWholeMastersAndResumeExactl
 
 // Gathered-input gradients on two GPUs. In float32, close to plain DDP (every step clipped; bf16 would
 // round the two ways of forming dW differently). In bf16, the graph (the layer-input and output-gradient
-// all-gathers and the row GEMMs on the update stream) reproduces the eager run exactly, with the trainer
-// stepping the shards outside it.
+// all-gathers and the row GEMMs on the update stream) with every all-gather on the copy engines reproduces
+// the eager run on NCCL's kernels exactly (a gather copies bytes), with the trainer stepping the shards
+// outside it.
 TEST(TrainCudaGraph, TwoGpusUnderGatheredGradientsMatchDdpAndReproduceTheEagerRunExactly) {
   if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
   ScratchDir ddp("graph.gathered.ddp"), fp32("graph.gathered.fp32"), eager("graph.gathered.eager"),
@@ -491,10 +493,14 @@ TEST(TrainCudaGraph, TwoGpusUnderGatheredGradientsMatchDdpAndReproduceTheEagerRu
   RunResult b = train(config_path("mlp_synthetic.yaml"), args(fp32, "fp32", true, false), 2);
   ASSERT_EQ(b.exit_code, 0) << b.output;
   expect_close_history(read_metrics(ddp.file("run/metrics.jsonl")), read_metrics(fp32.file("run/metrics.jsonl")), 20);
-  RunResult c = train(config_path("mlp_synthetic.yaml"), args(eager, "bf16", true, false), 2);
+  std::vector<std::string> on_kernels = args(eager, "bf16", true, false), on_engines = args(graph, "bf16", true, true);
+  on_kernels.push_back("distributed.copy_engines=false");
+  on_engines.push_back("distributed.copy_engines=true");
+  RunResult c = train(config_path("mlp_synthetic.yaml"), on_kernels, 2);
   ASSERT_EQ(c.exit_code, 0) << c.output;
-  RunResult d = train(config_path("mlp_synthetic.yaml"), args(graph, "bf16", true, true), 2);
+  RunResult d = train(config_path("mlp_synthetic.yaml"), on_engines, 2);
   ASSERT_EQ(d.exit_code, 0) << d.output;
+  EXPECT_NE(d.output.find("from gathered layer inputs, exchanged by the copy engines"), std::string::npos) << d.output;
   expect_same_history(read_metrics(eager.file("run/metrics.jsonl")), read_metrics(graph.file("run/metrics.jsonl")),
                       20);
 }

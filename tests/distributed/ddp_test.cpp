@@ -163,4 +163,12 @@ TEST_F(DdpParityCuda, CudaGraphZeroUpdateStreamMlpTwoGpus) { expect_passes(2, "m
 TEST_F(DdpParityCuda, GatheredGradientsTwoGpus) { expect_passes(2, "mlp gathered cuda"); }
 TEST_F(DdpParityCuda, GatheredGradientsBf16TwoGpus) { expect_passes(2, "mlp gatheredbf16 cuda"); }
 TEST_F(DdpParityCuda, CudaGraphGatheredGradientsTwoGpus) { expect_passes(2, "mlp gatheredgraph cuda nccl"); }
+// The same with every all-gather on the copy engines (weights and gathered rows in symmetric windows).
+TEST_F(DdpParityCuda, GatheredGradientsCopyEnginesTwoGpus) { expect_passes(2, "mlp gathered cuda ce_collectives"); }
+TEST_F(DdpParityCuda, GatheredOnStepBf16CopyEnginesTwoGpus) {
+  expect_passes(2, "mlp gatheredstepbf16 cuda ce_collectives");
+}
+TEST_F(DdpParityCuda, CudaGraphGatheredGradientsCopyEnginesTwoGpus) {
+  expect_passes(2, "mlp gatheredgraph cuda ce_collectives");
+}
 

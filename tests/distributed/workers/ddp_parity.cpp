@@ -7,8 +7,8 @@
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
 //          | zerostep | zerosteptiny | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
 //          | customexchange
-//   The last argument: nccl (the default) or ce_collectives for DDPOptions::copy_engines (ZeRO-1's
-//   sharded buckets on the copy engines).
+//   The last argument: nccl (the default) or ce_collectives for DDPOptions::copy_engines (a sharded
+//   optimizer's collectives on the copy engines).
 //
 // Every rank trains two copies of the same model from the same seed for 5 AdamW steps: a reference on
 // the whole global batch (N ranks x b rows), as one process would, and a DDP replica on its own slice
@@ -689,7 +689,7 @@ int main(int argc, char** argv) {
                                                : Device::cpu();
     if (s.device.is_cuda()) cuda::set_device(s.device.index);
     dist::DDPOptions o;
-    // "ce_collectives": ZeRO's sharded buckets on the copy engines (DDPOptions::copy_engines).
+    // "ce_collectives": a sharded optimizer's collectives on the copy engines (DDPOptions::copy_engines).
     if (argc == 5 && std::string(argv[4]) == "ce_collectives") {
       o.copy_engines = true;
     } else if (argc == 5 && std::string(argv[4]) != "nccl") {
