@@ -134,11 +134,13 @@ class GatheredLinearZero : public ShardedOptimizer {
   DistributedDataParallel& ddp_;
   UpdateTiming when_;
   ShardPieces shard_;                          // this rank's pieces, and whole tensors from every rank's
-  std::shared_ptr<ProcessGroup> group_;        // DDP's group: checkpoints' whole tensors
+  std::shared_ptr<ProcessGroup> group_;  // DDP's group: checkpoints' whole tensors
+  bool copy_engines_ = false;            // DDPOptions::copy_engines on CUDA (see the header)
+  std::vector<Layer> layers_;
+  // Declared after layers_, so destroyed before it: a communicator releases its symmetric windows before
+  // the gathered rows' memory inside them is freed.
   std::shared_ptr<ProcessGroup> row_group_;    // x and dpre all-gathers (DDP's group, or on the copy engines)
   std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
-  bool copy_engines_ = false;                  // DDPOptions::copy_engines on CUDA (see the header)
-  std::vector<Layer> layers_;
   std::unique_ptr<optim::Optimizer> inner_;
   // The stream the gradients and updates run on (CUDA), beside backward on the compute stream (the device's
   // highest stream priority for it measured no different).
