@@ -83,8 +83,8 @@ bool GatheredLinearZero::shards_evenly(const std::shared_ptr<nn::Module>& module
 }
 
 // The copy engines gather only between symmetric windows: the weights move into one window of the parameter
-// communicator (each weight's start aligned to 256 elements, so every rank's block of rows stays 16-byte
-// aligned for any row count), keeping their values and their identity as tensors.
+// communicator, each starting on a 256-element boundary, keeping their values and their identity as tensors
+// (nn::replace_data: the Linear layers, DDP and mixed precision hold the same tensors).
 void GatheredLinearZero::move_weights_into_window(const std::vector<std::pair<std::string, nn::Linear*>>& linears) {
   constexpr int64_t kAlign = 256;
   std::vector<int64_t> offsets;
