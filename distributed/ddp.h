@@ -43,9 +43,9 @@ struct DDPOptions {
   std::optional<DType> comm_dtype;  // e.g. bfloat16: communicate in it, accumulate back in float32
   bool rebuild_buckets = true;      // after the first iteration, in observed ready order
   bool broadcast_buffers = true;
-  // ZeRO-1's sharded buckets on CUDA (sharded_exchange.h): move the bytes of the reduce-scatters and of the
-  // all-gathers with the copy engines, not with NCCL kernels beside backward's. No effect on unsharded
-  // buckets or Gloo.
+  // A sharded optimizer's collectives on CUDA move by the copy engines, not by NCCL kernels beside
+  // backward's: ZeRO-1's reduce-scatters and all-gathers (sharded_exchange.h), and gathered gradients'
+  // all-gathers (gathered_linear_zero.h). No effect on unsharded buckets or Gloo.
   bool copy_engines = false;
 };
 
