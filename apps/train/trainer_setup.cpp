@@ -258,9 +258,9 @@ Trainer::ExchangeChoice Trainer::choose_exchange() const {
   } else {
     c = {"allreduce", false, "distributed.strategy auto: a small model"};
   }
-  // The copy engines move a sharded optimizer's bytes between the GPUs of one host; across nodes NCCL's
-  // kernels do.
-  c.copy_engines = (c.strategy == "zero" || c.strategy == "gathered_grads") && device_.is_cuda() &&
+  // The copy engines move a sharded optimizer's bytes (zero, gathered_grads) between the GPUs of one host;
+  // across nodes NCCL's kernels do.
+  c.copy_engines = c.strategy != "allreduce" && device_.is_cuda() &&
                    (d.copy_engines == "true" || (d.copy_engines == "auto" && env_.local_world_size == env_.world_size));
   return c;
 }
