@@ -21,9 +21,10 @@ class ShardedOptimizer {
   // On every rank, under the inner optimizer's gate: the update of this rank's pieces and the all-gathers.
   // A gate read on the host that skips the step leaves everything as it was.
   virtual void step() = 0;
-  // The current stream (Gloo: the host) waits until the parameters hold the last step's values. ZeroOptimizer's
-  // step() returns with them there; GatheredLinearZero's leaves its all-gathers running, and the model's
-  // Linear layers wait for their own weight when they read it: only other readers call this.
+  // The current stream (Gloo: the host) waits until the parameters hold the last step's values. On CUDA
+  // step() returns with its all-gathers still running, and the model's forward waits for each layer's
+  // parameters where it first reads them (zero_optimizer.h, gathered_linear_zero.h): only other readers call
+  // this.
   virtual void wait_for_parameters() {}
 
   // Collective: the targets (float32 masters) whole on every rank.

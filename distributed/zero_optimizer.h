@@ -27,7 +27,18 @@
 //   Safe for the same reason as optim::step_in_backward: a bucket launches only once backward has queued
 //   every kernel that reads its parameters.
 //  OnStep: backward only reduce-scatters; step() updates and all-gathers under the inner optimizer's
-//   gate, like a plain optimizer's step (what a trainer with clipping and skipped steps needs).
+//   gate, like a plain optimizer's step (what a trainer with clipping and skipped steps needs). On CUDA
+//   step() returns with the gathers still running and the next forward waits for each bucket where it
+//   first reads it: the buckets holding parameters outside the model's Sequential containers (a GPT's
+//   embeddings and final LayerNorm) are updated and gathered first and waited for at the end of step();
+//   then, in forward order, those of each Sequential child, which waits for its own just before it runs
+//   (nn::Sequential::set_before_child). So the gathers of later blocks run beside the forward of earlier
+//   ones:
+//     compute stream:  update(early) update(block 0) .. update(block n) | wait(AG early) fwd | wait(AG 0) block 0 ..
+//     comm stream:                   AG early ...... AG block 0 ......... AG block n
+//   A bucket's `ready` event, recorded once its gather has ended, is what the forward waits on (a captured
+//   forward through an event-wait node: each replay waits for the last eager step's gather); anything else
+//   that reads the parameters after step() calls wait_for_parameters() first.
 // In the first two, loss.backward() is the whole step and there is no gradient-norm clipping (it needs
 // every gradient before any update).
 // With DDPOptions::copy_engines the reduce-scatters and all-gathers go through the exchange's copy-engine
@@ -48,12 +59,17 @@
 #include <string>
 #include <vector>
 
+#include "core/device_stream.h"
 #include "distributed/ddp.h"
 #include "distributed/shard_pieces.h"
 #include "distributed/sharded_exchange.h"
 #include "distributed/sharded_optimizer.h"
 #include "distributed/update_timing.h"
 #include "optim/optimizer.h"
+
+namespace dpt::nn {
+class Sequential;
+}
 
 namespace dpt::dist {
 
@@ -81,6 +97,7 @@ class ZeroOptimizer : public ShardedOptimizer {
   // averaged gradient.
   Tensor grad_sum_of_squares() override;
   void step() override;
+  void wait_for_parameters() override;
 
   // Any mode (distributed/sharded_optimizer.h).
   void gather_targets() override;
@@ -89,6 +106,8 @@ class ZeroOptimizer : public ShardedOptimizer {
 
  private:
   void on_bucket_reduced(size_t bucket);
+  std::shared_ptr<Work> gather(size_t bucket);  // this rank's block of the bucket's parameters to every rank
+  void plan_forward_waits();
 
   DistributedDataParallel& ddp_;
   UpdateTiming when_;
@@ -99,6 +118,14 @@ class ZeroOptimizer : public ShardedOptimizer {
   std::vector<Tensor> grad_blocks_;             // [bucket] -> this rank's averaged block of the gradients
   std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under WhenReduced)
   std::vector<std::shared_ptr<Work>> gathers_;
+  // OnStep on CUDA (see the top): the order step() updates and gathers the buckets in, how many of them
+  // step() waits for itself, each bucket's `ready` event and the stream that records it, and the
+  // Sequentials whose children wait.
+  std::vector<size_t> step_order_;
+  size_t waited_in_step_ = 0;
+  std::vector<StreamEvent> ready_;
+  std::unique_ptr<SideStream> ready_stream_;
+  std::vector<std::shared_ptr<nn::Sequential>> hooked_;
   int64_t sharded_elements_ = 0;
   // The update DDP's exchange calls reaches this object through a cell the destructor clears.
   std::shared_ptr<ZeroOptimizer*> alive_ = std::make_shared<ZeroOptimizer*>(this);

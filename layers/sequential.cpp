@@ -14,7 +14,10 @@ void Sequential::push_back(std::shared_ptr<Module> module) {
 
 Tensor Sequential::forward(const Tensor& x) {
   Tensor h = x;
-  for (auto& m : modules_) h = m->forward(h);
+  for (size_t i = 0; i < modules_.size(); ++i) {
+    if (before_child_) before_child_(i);
+    h = modules_[i]->forward(h);
+  }
   return h;
 }
 

@@ -233,6 +233,7 @@ int Trainer::complete(const LaunchedStep& launched) {
 
 Trainer::Evaluation Trainer::evaluate() {
   if (!val_loader_ || eval_batches_ == 0) return {std::nan(""), -1};
+  if (sharded_) sharded_->wait_for_parameters();
   nn::Module& module = *model_->module();
   NoGradGuard no_grad;
   module.eval();
@@ -371,6 +372,7 @@ void Trainer::log_step(int64_t step, const StepResult& r, double step_seconds) {
 
 void Trainer::print_sample() {
   if (!is_main() || !model_->is_gpt() || config_.eval.sample_tokens <= 0) return;
+  if (sharded_) sharded_->wait_for_parameters();  // a cached forward runs no Sequential (zero_optimizer.h)
   int32_t start = 0;
   if (data_.vocab && data_.vocab->chars().find('\n') != std::string::npos) start = data_.vocab->encode('\n');
   auto& gpt = static_cast<nn::GPT&>(*model_->module());
@@ -393,11 +395,11 @@ int Trainer::run() {
   spdlog::info("model   {}", model_->description());
   spdlog::info("data    {}: {} training / {} validation examples", data_.train->describe(), data_.train->size(),
                data_.val ? data_.val->size() : 0);
-  const std::string sharding =
-      !sharded_ ? ""
-                : fmt::format(", optimizer sharded (ZeRO-1{}{})",
-                              exchange_.strategy == "zero" ? "" : " from gathered layer inputs",
-                              exchange_.copy_engines ? ", exchanged by the copy engines" : "");
+  const std::string sharding = !sharded_
+                                   ? ""
+                                   : fmt::format(", optimizer sharded (ZeRO-1{}{})",
+                                                 exchange_.strategy == "zero" ? "" : " from gathered layer inputs",
+                                                 exchange_.copy_engines ? ", exchanged by the copy engines" : "");
   spdlog::info("run     {} steps of {} x {} {} per process, {} process(es) on {}, {}{}{}", total_steps_,
                config_.training.grad_accum, config_.training.batch_size, model_->is_gpt() ? "sequences" : "examples",
                env_.world_size, device_text,

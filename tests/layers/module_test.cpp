@@ -31,8 +31,7 @@ GPTConfig tiny_gpt() {
 TEST(Module, ParametersAreNamedHierarchicallyInRegistrationOrder) {
   Generator gen(0);
   MLP mlp({2, 5, 3}, "relu", gen);
-  EXPECT_EQ(names_of(mlp.named_parameters()),
-            (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
+  EXPECT_EQ(names_of(mlp.named_parameters()), (std::vector<std::string>{"0.weight", "0.bias", "2.weight", "2.bias"}));
   EXPECT_EQ(mlp.num_parameters(), 2 * 5 + 5 + 5 * 3 + 3);
 
   GPT gpt(tiny_gpt(), gen);
@@ -160,6 +159,31 @@ TEST(Module, LoadStateDictNamesTheFirstMismatch) {
 
   // Nothing was copied by the failed loads.
   EXPECT_EQ(m.state_dict()[0].second.to_vector<float>(), before);
+}
+
+// A child that logs when it runs and adds its index, so the order and the result are both seen.
+struct Logging : Module {
+  Logging(std::vector<std::string>* log, int index) : log(log), index(index) {}
+  Tensor forward(const Tensor& x) override {
+    log->push_back("run " + std::to_string(index));
+    return x + static_cast<double>(index);
+  }
+  std::vector<std::string>* log;
+  int index;
+};
+
+TEST(Module, SequentialCallsItsBeforeChildHookJustBeforeEachChild) {
+  std::vector<std::string> log;
+  Sequential seq;
+  for (int i = 0; i < 3; ++i) seq.push_back(std::make_shared<Logging>(&log, i + 1));
+  seq.set_before_child([&log](size_t i) { log.push_back("before " + std::to_string(i)); });
+  const Tensor y = seq.forward(from_vector<float>({1.0f, 2.0f}, {2}));
+  EXPECT_EQ(log, (std::vector<std::string>{"before 0", "run 1", "before 1", "run 2", "before 2", "run 3"}));
+  EXPECT_EQ(y.to_vector<float>(), (std::vector<float>{7.0f, 8.0f}));
+  log.clear();
+  seq.set_before_child(nullptr);
+  seq.forward(from_vector<float>({0.0f}, {1}));
+  EXPECT_EQ(log, (std::vector<std::string>{"run 1", "run 2", "run 3"}));
 }
 
 }  // namespace

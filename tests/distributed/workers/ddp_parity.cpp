@@ -190,8 +190,7 @@ enum class Stepping {
 
 // A sharded optimizer stepped by the caller (UpdateTiming::OnStep): ZeRO-1 or gathered-input gradients.
 std::unique_ptr<dist::ShardedOptimizer> make_on_step(dist::DistributedDataParallel& ddp,
-                                                     const std::vector<optim::ParamGroup>& groups,
-                                                     Stepping stepping) {
+                                                     const std::vector<optim::ParamGroup>& groups, Stepping stepping) {
   if (stepping == Stepping::kGatheredOnStep)
     return std::make_unique<dist::GatheredLinearZero>(ddp, groups, make_adamw, dist::UpdateTiming::OnStep);
   return std::make_unique<dist::ZeroOptimizer>(ddp, groups, make_adamw, dist::UpdateTiming::OnStep);
@@ -410,14 +409,16 @@ bool run_layouts(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg) {
          compare(*models[1], *models[2], tol, "one vs default bucket", s.rank);
 }
 
-// ZeRO-1 with the update on step() (UpdateTiming::OnStep), as a trainer runs it: backward
-// reduce-scatters, the ranks' shares of the squared norm are summed, the clip factor goes to the inner
-// optimizer's gate, step() updates and all-gathers. Against one process on the global batch with optim::clip_grad_norm and
-// AdamW: the norms, the parameters and the optimizer state of whole parameters (full_state_dict()) agree;
-// a second ZeRO replica resumed from the reference's plain state (load_full_state_dict()) takes the next
-// step like the reference.
-// Stepping::kGatheredOnStep: the same of GatheredLinearZero with UpdateTiming::OnStep (the biases' replicated state
-// counted once in the norm and in full_state_dict()).
+// ZeRO-1 with the update on step() (UpdateTiming::OnStep), as a trainer runs it: backward reduce-scatters,
+// the ranks' shares of the squared norm are summed, the clip factor goes to the inner optimizer's gate, step()
+// updates and all-gathers. Against one process on the global batch with optim::clip_grad_norm and AdamW: the
+// norms, the parameters and the optimizer state of whole parameters (full_state_dict()) agree; a second ZeRO
+// replica resumed from the reference's plain state (load_full_state_dict()) takes the next step like the
+// reference.
+//
+// Stepping::kGatheredOnStep: the same of GatheredLinearZero with UpdateTiming::OnStep (the biases' replicated
+// state counted once in the norm and in full_state_dict()).
+//
 // What a trainer does after backward (apps/train/trainer.cpp), decided here on the host: returns the norm.
 double clip_through_gate(dist::ShardedOptimizer& rep, dist::ProcessGroup& pg, double max_norm) {
   Tensor squares = rep.grad_sum_of_squares();
@@ -436,7 +437,10 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
   auto ref_opt = make_optimizer(*reference);
   dist::DistributedDataParallel ddp(replica, pg, options);
   auto zero = make_on_step(ddp, make_optimizer(*replica)->param_groups(), stepping);
-  auto step_both = [&](nn::Module& rep_model, dist::ShardedOptimizer& rep, int step, const std::string& what) {
+  // The parameters are compared after the last step only: before that, each step's gradient norm is what
+  // shows that its forward waited for every gathered parameter by itself (no wait_for_parameters()).
+  auto step_both = [&](nn::Module& rep_model, dist::ShardedOptimizer& rep, int step, const std::string& what,
+                       bool last) {
     auto [x, y] = global_batch(s, step);
     ref_opt->zero_grad();
     loss_of(s, *reference, x, y).backward();
@@ -446,16 +450,17 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
     backward_on_my_rows(s, rep_model, x, y);
     const double got = clip_through_gate(rep, *pg, kMaxNorm);
     rep.step();
-    // The next forward waits for each layer's gathered weight by itself; compare reads them directly.
-    rep.wait_for_parameters();
     if (!(std::abs(got - want) <= 1e-6 * want)) {
       std::fprintf(stderr, "rank %d: %s: gradient norm %.9g, one process %.9g\n", s.rank, what.c_str(), got, want);
       return false;
     }
+    if (!last) return true;
+    rep.wait_for_parameters();  // compare reads the parameters directly
     return compare(rep_model, *reference, 1e-6, what, s.rank);
   };
   for (int step = 0; step < kSteps; ++step) {
-    if (!step_both(*replica, *zero, step, "sharded on step(), step " + std::to_string(step))) return false;
+    if (!step_both(*replica, *zero, step, "sharded on step(), step " + std::to_string(step), step + 1 == kSteps))
+      return false;
   }
   if (!compare_named(zero->full_state_dict(), ref_opt->state_dict(), 1e-5, "full_state_dict", s.rank)) return false;
   // Resume into a fresh replica from the reference's (plain, unsharded) state.
@@ -468,7 +473,7 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
   dist::DistributedDataParallel ddp2(resumed, pg, options);
   auto zero2 = make_on_step(ddp2, make_optimizer(*resumed)->param_groups(), stepping);
   zero2->load_full_state_dict(ref_opt->state_dict());
-  return step_both(*resumed, *zero2, kSteps, "sharded, resumed from a plain optimizer state");
+  return step_both(*resumed, *zero2, kSteps, "sharded, resumed from a plain optimizer state", true);
 }
 
 // Sharded buckets (ZeRO-1's layout): consecutive ranges of one flat gradient buffer (and of one flat
@@ -685,8 +690,7 @@ int main(int argc, char** argv) {
     std::string mode = argv[2];
     s.rank = pg->rank();
     s.world = pg->size();
-    s.device = std::string(argv[3]) == "cuda" ? Device::cuda(dist::read_dist_env().local_rank)
-                                               : Device::cpu();
+    s.device = std::string(argv[3]) == "cuda" ? Device::cuda(dist::read_dist_env().local_rank) : Device::cpu();
     if (s.device.is_cuda()) cuda::set_device(s.device.index);
     dist::DDPOptions o;
     // "ce_collectives": a sharded optimizer's collectives on the copy engines (DDPOptions::copy_engines).
