@@ -60,9 +60,7 @@ ZeroOptimizer::ZeroOptimizer(DistributedDataParallel& ddp, const std::vector<opt
     // A copy-engine group's all-gathers need the parameters in one of its own symmetric windows.
     if (gather_group_->options().copy_engines) gather_group_->register_symmetric(exchange_->parameters());
   }
-  if (when_ == UpdateTiming::OnStep && !params.empty() && params.front().second.device().is_cuda()) {
-    plan_forward_waits();
-  }
+  if (when_ == UpdateTiming::OnStep && !params.empty()) plan_forward_waits();
 }
 
 ZeroOptimizer::~ZeroOptimizer() {
@@ -76,6 +74,7 @@ namespace {
 // their paths, outermost first; one inside another's child is that child's.
 void find_sequentials(const std::shared_ptr<nn::Module>& m, const std::string& path,
                       std::vector<std::pair<std::string, std::shared_ptr<nn::Sequential>>>& found) {
+  if (!m) return;  // DDP over a list of parameters: no module
   if (typeid(*m) == typeid(nn::Sequential)) {
     found.emplace_back(path, std::static_pointer_cast<nn::Sequential>(m));
     return;
@@ -143,17 +142,18 @@ void ZeroOptimizer::plan_forward_waits() {
     });
     hooked_.push_back(sequentials[s].second);
   }
-  for (size_t b = num_buckets; b-- > 0;) place(b);  // none left: every parameter is inside a child or not
+  DPT_CHECK(step_order_.size() == num_buckets, "ZeroOptimizer: {} of {} buckets ordered for step()", step_order_.size(),
+            num_buckets);  // every parameter is inside a child or not
 
   const Device device = params.front().second.device();
   for (size_t b = 0; b < num_buckets; ++b) ready_.emplace_back(device);
   ready_stream_ = std::make_unique<SideStream>(device);
 }
 
-// Runs once the current stream waits for bucket b's reduce-scatter: the compute stream at the end of
-// backward, or the update stream when the reduce-scatter is launched (WhenReduced, updating_exchange.h), or
-// the compute stream in step(). Nothing here allocates: on the update stream inside CUDA graph capture that would
-// break the graph allocator's single-stream order (core/cuda/graph_memory.h).
+// The update inside backward (AtBackwardEnd, WhenReduced). Runs once the current stream waits for bucket b's
+// reduce-scatter: the compute stream at the end of backward, or the update stream when the reduce-scatter is
+// launched (WhenReduced, updating_exchange.h). Nothing here allocates: on the update stream inside CUDA graph
+// capture that would break the graph allocator's single-stream order (core/cuda/graph_memory.h).
 void ZeroOptimizer::on_bucket_reduced(size_t b) {
   NoGradGuard no_grad;
   if (b == 0) inner_->begin_step();
@@ -185,10 +185,6 @@ Tensor ZeroOptimizer::grad_sum_of_squares() {
 void ZeroOptimizer::step() {
   DPT_CHECK(when_ == UpdateTiming::OnStep, "ZeroOptimizer::step: the update already runs inside backward");
   if (!inner_->take_gate()) return;  // every rank reads the same gate: none updates or gathers
-  if (!ready_stream_) {              // Gloo: the host waits for every gather, as at the end of backward
-    for (size_t b = 0; b < ddp_.num_buckets(); ++b) on_bucket_reduced(b);
-    return;
-  }
   NoGradGuard no_grad;
   wait_for_parameters();  // the last step's gathers, which read the blocks these updates write, have ended
   inner_->begin_step();
@@ -196,7 +192,7 @@ void ZeroOptimizer::step() {
     inner_->update(pieces_[b]);
     std::shared_ptr<Work> work = gather(b);
     SideStreamGuard on_ready(*ready_stream_);
-    work->wait();
+    work->wait();  // the ready stream waits (Gloo: the host; the stream and the events do nothing there)
     ready_[b].record(*ready_stream_);
   }
   for (size_t k = 0; k < waited_in_step_; ++k) ready_[step_order_[k]].wait();

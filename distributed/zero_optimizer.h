@@ -118,9 +118,9 @@ class ZeroOptimizer : public ShardedOptimizer {
   std::vector<Tensor> grad_blocks_;             // [bucket] -> this rank's averaged block of the gradients
   std::shared_ptr<ProcessGroup> gather_group_;  // the all-gathers' communicator (own one under WhenReduced)
   std::vector<std::shared_ptr<Work>> gathers_;
-  // OnStep on CUDA (see the top): the order step() updates and gathers the buckets in, how many of them
-  // step() waits for itself, each bucket's `ready` event and the stream that records it, and the
-  // Sequentials whose children wait.
+  // OnStep (see the top): the order step() updates and gathers the buckets in, how many of them step()
+  // waits for itself, each bucket's `ready` event and the stream that records it (on the CPU they do
+  // nothing: the host waits for each gather), and the Sequentials whose children wait.
   std::vector<size_t> step_order_;
   size_t waited_in_step_ = 0;
   std::vector<StreamEvent> ready_;
