@@ -98,6 +98,8 @@ class ZeroOptimizer : public ShardedOptimizer {
   Tensor grad_sum_of_squares() override;
   void step() override;
   void wait_for_parameters() override;
+  // The buckets in the order step() updates and gathers them (see the top), for tests.
+  const std::vector<size_t>& step_order() const { return step_order_; }
 
   // Any mode (distributed/sharded_optimizer.h).
   void gather_targets() override;

@@ -92,6 +92,8 @@ TEST(DdpParityCpu, ZeroShardedOptimizerBf16Twins) { expect_passes(2, "mlp zerobf
 TEST(DdpParityCpu, ZeroOnStepClipsAndStepsLikeOneProcessTwoRanks) { expect_passes(2, "mlp zerostep cpu"); }
 TEST(DdpParityCpu, ZeroOnStepGptThreeRanks) { expect_passes(3, "gpt zerostep cpu"); }
 TEST(DdpParityCpu, ZeroOnStepTinyBucketsThreeRanks) { expect_passes(3, "mlp zerosteptiny cpu"); }
+// Several buckets per block: updated in the order the next forward reads them.
+TEST(DdpParityCpu, ZeroOnStepGptSmallBucketsInForwardReadingOrder) { expect_passes(2, "gpt zerostepsmall cpu"); }
 TEST(DdpParityCpu, ZeroOnStepBf16TwinsGatherTheMasters) { expect_passes(2, "mlp zerostepbf16 cpu"); }
 TEST(DdpParityCpu, GatheredOnStepClipsAndStepsLikeOneProcessTwoRanks) { expect_passes(2, "mlp gatheredstep cpu"); }
 TEST(DdpParityCpu, GatheredOnStepFourRanks) { expect_passes(4, "mlp gatheredstep cpu"); }

@@ -5,7 +5,7 @@
 //   mode:  default | tiny | one | layouts | nosync | unused | bf16comm | mismatch | overlap | zero | zerotiny
 //          | zerobf16 | overlapstream | graph | zerograph | gathered | gatheredbf16
 //          | gatheredgraph | gatheredtwice | zerostream | zerostreambf16 | zerostreamgraph | shardlayout
-//          | zerostep | zerosteptiny | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
+//          | zerostep | zerosteptiny | zerostepsmall | zerostepbf16 | zerounused | gatheredstep | gatheredstepbf16
 //          | customexchange
 //   The last argument: nccl (the default) or ce_collectives for DDPOptions::copy_engines (a sharded
 //   optimizer's collectives on the copy engines).
@@ -14,9 +14,11 @@
 // the whole global batch (N ranks x b rows), as one process would, and a DDP replica on its own slice
 // [rank*b, (rank+1)*b). After every step the replica must match the reference (float32: within 1e-6
 // relative per tensor). Exit code 0 when every check holds; the first failure is printed.
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <functional>
+#include <limits>
 #include <map>
 #include <memory>
 #include <string>
@@ -429,6 +431,31 @@ double clip_through_gate(dist::ShardedOptimizer& rep, dist::ProcessGroup& pg, do
   return norm;
 }
 
+// ZeRO-1's step order, known answer: a bucket is read first by the forward pass of the earliest GPT block
+// any of its parameters belongs to, or before every block when one of them is outside the blocks (the
+// embeddings, the final LayerNorm, an MLP's layers); buckets are updated in that order, ties in forward
+// order (the reverse of bucket order).
+bool check_step_order(const dist::ZeroOptimizer& zero, const dist::DistributedDataParallel& ddp, int rank) {
+  auto first_reader = [&](size_t b) {
+    int64_t reader = std::numeric_limits<int64_t>::max();
+    for (size_t i : ddp.bucket(b).params) {
+      const std::string& name = ddp.parameters()[i].first;
+      const int64_t block = name.rfind("blocks.", 0) == 0 ? std::stoll(name.substr(7)) : -1;
+      reader = std::min(reader, block);
+    }
+    return reader;
+  };
+  std::vector<size_t> want(ddp.num_buckets());
+  for (size_t b = 0; b < want.size(); ++b) want[b] = b;
+  std::sort(want.begin(), want.end(), [&](size_t a, size_t b) {
+    return first_reader(a) != first_reader(b) ? first_reader(a) < first_reader(b) : a > b;
+  });
+  if (zero.step_order() == want) return true;
+  std::fprintf(stderr, "rank %d: ZeRO-1's step order differs from the forward's reading order over %zu buckets\n", rank,
+               want.size());
+  return false;
+}
+
 bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options,
                       Stepping stepping = Stepping::kZeroOnStep) {
   constexpr double kMaxNorm = 0.5;  // below the first steps' norms: clipping is exercised
@@ -437,6 +464,8 @@ bool run_zero_on_step(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, di
   auto ref_opt = make_optimizer(*reference);
   dist::DistributedDataParallel ddp(replica, pg, options);
   auto zero = make_on_step(ddp, make_optimizer(*replica)->param_groups(), stepping);
+  if (const auto* z = dynamic_cast<const dist::ZeroOptimizer*>(zero.get()); z && !check_step_order(*z, ddp, s.rank))
+    return false;
   // The parameters are compared after the last step only: before that, each step's gradient norm is what
   // shows that its forward waited for every gathered parameter by itself (no wait_for_parameters()).
   auto step_both = [&](nn::Module& rep_model, dist::ShardedOptimizer& rep, int step, const std::string& what,
@@ -743,6 +772,9 @@ int main(int argc, char** argv) {
       ok = run_zero_on_step(s, pg, o);
     } else if (mode == "zerosteptiny") {
       o.bucket_cap_mb = o.first_bucket_mb = 0.0001;
+      ok = run_zero_on_step(s, pg, o);
+    } else if (mode == "zerostepsmall") {
+      o.bucket_cap_mb = o.first_bucket_mb = 0.004;  // a few buckets per GPT block
       ok = run_zero_on_step(s, pg, o);
     } else if (mode == "zerostepbf16") {
       ok = run_zero_bf16(s, pg, o, Stepping::kZeroOnStep);
