@@ -137,8 +137,8 @@ class GatheredLinearZero : public ShardedOptimizer {
   std::shared_ptr<ProcessGroup> group_;  // DDP's group: checkpoints' whole tensors
   bool copy_engines_ = false;            // DDPOptions::copy_engines on CUDA (see the header)
   std::vector<Layer> layers_;
-  // Declared after layers_, so destroyed before it: a communicator releases its symmetric windows before
-  // the gathered rows' memory inside them is freed.
+  // (Either order of release is safe for the gathered rows' symmetric windows: a communicator that registered
+  // memory keeps its pages until it deregisters them, collectives/nccl_backend.cpp.)
   std::shared_ptr<ProcessGroup> row_group_;    // x and dpre all-gathers (DDP's group, or on the copy engines)
   std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
   std::unique_ptr<optim::Optimizer> inner_;
