@@ -138,7 +138,10 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     options.copy_engines = true;
     row_group_ = group_->duplicate(options);
   }
-  param_group_ = row_group_->duplicate();
+  // WhenReduced: a weight's gather is ordered after its update, so on the row communicator it would hold up
+  // the next layer's dpre gather. OnStep updates after backward: one communicator runs every gather in issue
+  // order (see the header).
+  param_group_ = when_ == UpdateTiming::WhenReduced ? row_group_->duplicate() : row_group_;
   if (copy_engines_) move_weights_into_window(linears);
   for (const auto& [path, linear] : linears) {
     Layer layer;
@@ -281,7 +284,8 @@ void GatheredLinearZero::update_and_gather(Layer& layer) {
   inner_->update(layer.pieces);
   Tensor w = layer.weight.detach();
   param_gathers_.push_back(
-      collective(1, [&] { return param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows)); }));
+      collective(param_group_ == row_group_ ? 0 : 1,
+                 [&] { return param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows)); }));
 }
 
 // The compute stream (CUDA) or the host (Gloo) waits for the last updates and every parameter gather:

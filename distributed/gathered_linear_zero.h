@@ -32,10 +32,14 @@
 // forward waits for each layer's gather just before it reads that weight (core/linear_grad_provider.h
 // before_read), so the gathers of later layers run beside the forward of earlier ones:
 //   compute stream:  decision | update_1 .. update_L | wait(AG W_1) fwd_1 | wait(AG W_2) fwd_2 ...
-//   comm stream B:                AG W_1 .. AG W_L
+//   comm stream A:                AG W_1 .. AG W_L           AG x_1 .. AG x_L (forward) .. AG dpre_L ..
 // The wait is on one event per layer, recorded after its gather on every step (a captured forward waits on
 // it through an event-wait node: each replay waits for the last eager step's gather). Anything else that
 // reads the weights after step() calls wait_for_parameters() first (this class's own collectives do).
+// Nothing queues behind an update in this mode, so every gather goes through the one row communicator, in
+// issue order: the weights (step()), then the inputs (forward), then the output gradients (backward). Run
+// side by side on two communicators they share the links, and the forward waits longer for the weights
+// it needs first while the inputs, needed only in backward, move beside them.
 //
 // Each weight element is updated by exactly one rank, each bias element by every rank alike, from the
 // averaged gradient, so parameters equal those of DDP + the full optimizer up to the order of the sums.
@@ -140,7 +144,7 @@ class GatheredLinearZero : public ShardedOptimizer {
   // (Either order of release is safe for the gathered rows' symmetric windows: a communicator that registered
   // memory keeps its pages until it deregisters them, collectives/nccl_backend.cpp.)
   std::shared_ptr<ProcessGroup> row_group_;    // x and dpre all-gathers (DDP's group, or on the copy engines)
-  std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: same ranks, own communicator
+  std::shared_ptr<ProcessGroup> param_group_;  // parameter all-gathers: own communicator (WhenReduced) or row_group_
   std::unique_ptr<optim::Optimizer> inner_;
   // The stream the gradients and updates run on (CUDA), beside backward on the compute stream (the device's
   // highest stream priority for it measured no different).
