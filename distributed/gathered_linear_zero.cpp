@@ -14,14 +14,26 @@
 
 namespace dpt::dist {
 
+// Layers [begin, end) whose inputs go to every rank in one gather, issued once the last of them has run
+// forward (see the header).
+struct GatheredLinearZero::InputGroup {
+  size_t begin = 0, end = 0;
+  Tensor window;   // [world, block]: every rank's input rows of these layers
+  Tensor staging;  // [block]: this rank's, what the gather sends
+  std::shared_ptr<Work> gather;  // this step's
+};
+
 struct GatheredLinearZero::Layer {
   std::string name;     // the Linear's path in the model ("0", "block.fc", ...)
   Tensor weight, bias;  // DDP's (compute) parameters; bias may be undefined
   int64_t out = 0, in = 0;
   int64_t row0 = 0, rows = 0;      // this rank's rows of weight
-  Tensor x_all, dpre_all;          // [world * m, in], [world * m, out]: every rank's rows, rank order
-  Tensor dpre_mine;                // [world * m, rows]: the columns of dpre_all this rank's rows need
-  std::shared_ptr<Work> x_gather;  // this step's, from forward
+  Tensor x_all, dpre_all;  // [world * m, in], [world * m, out]: every rank's rows, rank order
+  Tensor dpre_mine;        // [world * m, rows]: the columns of dpre_all this rank's rows need
+  Tensor x;                // this step's input rows [m, in], from forward until the inputs' gather
+  size_t group = 0;        // its input group (input_groups_)
+  int64_t x_offset = 0;    // where x sits in each rank's block of its group's window
+  bool forwarded = false;  // ran forward this step, and its backward has not formed its gradient yet
   std::shared_ptr<Work> dpre_gather;
   Tensor grad_w, grad_b;       // [rows, in]: the averaged gradient of this rank's rows; [out]: of the bias
   std::vector<Tensor> pieces;  // the optimizer's parameters for those rows
@@ -103,7 +115,7 @@ void GatheredLinearZero::move_weights_into_window(const std::vector<std::pair<st
 }
 
 // [rows, cols] for every rank's rows: in a window of the row communicator on the copy engines. Collective
-// then (every rank allocates the same buffers in the same order, at the first forward).
+// then (every rank allocates the same buffers in the same order, at the first forward's end).
 Tensor GatheredLinearZero::rows_buffer(int64_t rows, int64_t cols, const TensorOptions& options) {
   if (!copy_engines_) return Tensor::empty({rows, cols}, options);
   return row_group_->symmetric_zeros(rows * cols, options).reshape({rows, cols});
@@ -174,6 +186,13 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
               "GatheredLinearZero: parameter '{}' is not a Linear's weight or bias; every "
               "parameter must be (use ZeroOptimizer for other models)",
               name);
+  // One gather for every layer's inputs on more than two ranks; one a layer on two (see the header).
+  for (size_t l = 0; l < layers_.size(); ++l) {
+    if (l == 0 || world <= 2) input_groups_.emplace_back().begin = l;
+    input_groups_.back().end = l + 1;
+  }
+  for (size_t g = 0; g < input_groups_.size(); ++g)
+    for (size_t l = input_groups_[g].begin; l < input_groups_[g].end; ++l) layers_[l].group = g;
   sharded_elements_ = shard_.elements();
   inner_ = shard_.make_optimizer(make);
 
@@ -197,25 +216,61 @@ GatheredLinearZero::~GatheredLinearZero() {
   for (auto& layer : layers_) set_linear_grad_provider(layer.weight, nullptr);
 }
 
-// Forward: the layer's input rows go to every rank while the forward goes on.
+// Forward: the layer's input rows are kept (autograd keeps them for backward anyway) until the last layer's
+// forward; then every layer's rows go to every rank in one gather (see the header).
 void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
   NoGradGuard no_grad;
   Layer& layer = layers_[l];
-  DPT_CHECK(!layer.x_gather,
+  DPT_CHECK(!layer.forwarded,
             "GatheredLinearZero: Linear '{}' ran forward twice before a backward (each forward "
             "must be followed by its backward, and each Linear used once per forward)",
             layer.name);
-  const int64_t rows_all = group_->size() * x.size(0);
-  if (!layer.x_all.defined() || layer.x_all.size(0) != rows_all || layer.x_all.dtype() != x.dtype()) {
-    layer.x_all = rows_buffer(rows_all, layer.in, x.options());
-    layer.dpre_all = rows_buffer(rows_all, layer.out, x.options());
-    layer.dpre_mine = Tensor::empty({rows_all, layer.rows}, x.options());
-  }
   if (record_timing_ && update_stream_ && !timing_) {
     timing_ = std::make_unique<TimingState>(layer.weight.device());
     timing_->start.record();
   }
-  layer.x_gather = collective(0, [&] { return gather_rows(layer.x_all, x); });
+  layer.x = x;
+  layer.forwarded = true;
+  const InputGroup& group = input_groups_[layer.group];
+  if (std::all_of(layers_.begin() + static_cast<int64_t>(group.begin), layers_.begin() + static_cast<int64_t>(group.end),
+                  [](const Layer& each) { return each.forwarded; }))
+    gather_inputs(input_groups_[layer.group]);
+}
+
+// Each rank's block of a group's window holds its rows of every layer of the group, one after another. A
+// group of one layer gathers straight into the layer's x_all; after a larger group's gather, form_gradients
+// copies a layer's rows out of every rank's block into its x_all.
+void GatheredLinearZero::gather_inputs(InputGroup& group) {
+  const int64_t world = group_->size();
+  const auto begin = layers_.begin() + static_cast<int64_t>(group.begin);
+  const auto end = layers_.begin() + static_cast<int64_t>(group.end);
+  int64_t block = 0;
+  bool same_shapes = group.window.defined();
+  for (auto layer = begin; layer != end; ++layer) {
+    const int64_t rows_all = world * layer->x.size(0);
+    same_shapes = same_shapes && layer->x_all.size(0) == rows_all && layer->x_all.dtype() == layer->x.dtype();
+    layer->x_offset = block;
+    block += layer->x.numel();
+  }
+  const TensorOptions options = begin->x.options();
+  if (!same_shapes) {  // the first step, or the batch's rows or dtype changed
+    group.window = rows_buffer(world, block, options);
+    // On the copy engines the gather runs in place: this rank's rows go straight into its block.
+    group.staging = copy_engines_ ? group.window.slice(group_->rank(), group_->rank() + 1).reshape({block})
+                                  : Tensor::empty({block}, options);
+    for (auto layer = begin; layer != end; ++layer) {
+      const int64_t rows_all = world * layer->x.size(0);
+      layer->x_all = end - begin == 1 ? group.window.reshape({rows_all, layer->in})
+                                      : Tensor::empty({rows_all, layer->in}, options);
+      layer->dpre_all = rows_buffer(rows_all, layer->out, options);
+      layer->dpre_mine = Tensor::empty({rows_all, layer->rows}, options);
+    }
+  }
+  for (auto layer = begin; layer != end; ++layer) {
+    group.staging.slice(layer->x_offset, layer->x_offset + layer->x.numel()).copy_(layer->x.reshape({layer->x.numel()}));
+    layer->x = Tensor();
+  }
+  group.gather = collective(0, [&] { return row_group_->allgather(group.window, group.staging); });
 }
 
 // Backward: the output gradient goes to every rank at once; the update that uses it is queued at the
@@ -223,7 +278,11 @@ void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
 void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
   NoGradGuard no_grad;
   Layer& layer = layers_[l];
-  DPT_CHECK(layer.x_gather, "GatheredLinearZero: Linear '{}' reached backward without its forward", layer.name);
+  DPT_CHECK(layer.forwarded, "GatheredLinearZero: Linear '{}' reached backward without its forward", layer.name);
+  DPT_CHECK(input_groups_[layer.group].gather,
+            "GatheredLinearZero: Linear '{}' reached backward before every Linear ran forward (each must take "
+            "part in every forward)",
+            layer.name);
   DPT_CHECK(dpre.numel() == layer.dpre_all.numel() / group_->size(),
             "GatheredLinearZero: Linear '{}': the output gradient has {} elements, expected {}", layer.name,
             dpre.numel(), layer.dpre_all.numel() / group_->size());
@@ -241,8 +300,15 @@ void GatheredLinearZero::on_output_grad(size_t l, const Tensor& dpre) {
 // on the update stream, and a CUDA graph's allocator serves the order of one stream only
 // (core/cuda/graph_memory.h), so a block freed here could be handed to the compute stream too early.
 void GatheredLinearZero::form_gradients(Layer& layer) {
-  const int64_t rows_all = layer.x_all.size(0);
-  const double inv_world = 1.0 / static_cast<double>(group_->size());
+  const int64_t rows_all = layer.x_all.size(0), world = group_->size();
+  const double inv_world = 1.0 / static_cast<double>(world);
+  const InputGroup& group = input_groups_[layer.group];
+  if (group.end - group.begin > 1) {
+    const Tensor& window = group.window;
+    const int64_t per_rank = layer.x_all.numel() / world;
+    layer.x_all.reshape({world, per_rank})
+        .copy_(make_view(window, {world, per_rank}, {window.size(1), 1}, window.impl()->offset + layer.x_offset));
+  }
   layer.dpre_mine.copy_(
       make_view(layer.dpre_all, {rows_all, layer.rows}, {layer.out, 1}, layer.dpre_all.impl()->offset + layer.row0));
   kernels::GemmArgs args;
@@ -270,10 +336,10 @@ void GatheredLinearZero::launch_update(size_t l) {
     read_done.wait(*update_stream_);
     on_updates = std::make_unique<SideStreamGuard>(*update_stream_);
   }
-  layer.x_gather->wait();
+  input_groups_[layer.group].gather->wait();
   layer.dpre_gather->wait();
-  layer.x_gather.reset();
   layer.dpre_gather.reset();
+  layer.forwarded = false;
   form_gradients(layer);
   if (when_ == UpdateTiming::WhenReduced) update_and_gather(layer);
 }
@@ -307,9 +373,10 @@ void GatheredLinearZero::finish_backward() {
   }
   for (auto& w : param_gathers_) w->wait();
   param_gathers_.clear();
+  for (InputGroup& group : input_groups_) group.gather.reset();
   if (timing_) finished_timing_ = std::move(timing_);
   for (const auto& layer : layers_)
-    DPT_CHECK(!layer.x_gather,
+    DPT_CHECK(!layer.forwarded,
               "GatheredLinearZero: Linear '{}' ran forward but received no gradient in this "
               "backward (every Linear must take part in the loss)",
               layer.name);
