@@ -4,13 +4,13 @@
 #include <utility>
 
 #include "core/autograd.h"
+#include "core/device_stream.h"
 #include "core/error.h"
 #include "core/kernels.h"
 #include "core/linear_grad_provider.h"
 #include "distributed/shard_pieces.h"
 #include "layers/linear.h"
 #include "optim/grad_clip.h"
-#include "core/device_stream.h"
 
 namespace dpt::dist {
 
@@ -18,8 +18,8 @@ namespace dpt::dist {
 // forward (see the header).
 struct GatheredLinearZero::InputGroup {
   size_t begin = 0, end = 0;
-  Tensor window;   // [world, block]: every rank's input rows of these layers
-  Tensor staging;  // [block]: this rank's, what the gather sends
+  Tensor window;                 // [world, block]: every rank's input rows of these layers
+  Tensor staging;                // [block]: this rank's, what the gather sends
   std::shared_ptr<Work> gather;  // this step's
 };
 
@@ -27,16 +27,16 @@ struct GatheredLinearZero::Layer {
   std::string name;     // the Linear's path in the model ("0", "block.fc", ...)
   Tensor weight, bias;  // DDP's (compute) parameters; bias may be undefined
   int64_t out = 0, in = 0;
-  int64_t row0 = 0, rows = 0;      // this rank's rows of weight
-  Tensor x_all, dpre_all;  // [world * m, in], [world * m, out]: every rank's rows, rank order
-  Tensor dpre_mine;        // [world * m, rows]: the columns of dpre_all this rank's rows need
-  Tensor x;                // this step's input rows [m, in], from forward until the inputs' gather
-  size_t group = 0;        // its input group (input_groups_)
-  int64_t x_offset = 0;    // where x sits in each rank's block of its group's window
-  bool forwarded = false;  // ran forward this step, and its backward has not formed its gradient yet
+  int64_t row0 = 0, rows = 0;  // this rank's rows of weight
+  Tensor x_all, dpre_all;      // [world * m, in], [world * m, out]: every rank's rows, rank order
+  Tensor dpre_mine;            // [world * m, rows]: the columns of dpre_all this rank's rows need
+  Tensor x;                    // this step's input rows [m, in], from forward until the inputs' gather
+  size_t group = 0;            // its input group (input_groups_)
+  int64_t x_offset = 0;        // where x sits in each rank's block of its group's window
+  bool forwarded = false;      // ran forward this step, and its backward has not formed its gradient yet
   std::shared_ptr<Work> dpre_gather;
-  Tensor grad_w, grad_b;       // [rows, in]: the averaged gradient of this rank's rows; [out]: of the bias
-  std::vector<Tensor> pieces;  // the optimizer's parameters for those rows
+  Tensor grad_w, grad_b;               // [rows, in]: the averaged gradient of this rank's rows; [out]: of the bias
+  std::vector<Tensor> pieces;          // the optimizer's parameters for those rows
   std::unique_ptr<StreamEvent> ready;  // OnStep: recorded when the last step's all-gather of weight has ended
 };
 
@@ -115,7 +115,7 @@ void GatheredLinearZero::move_weights_into_window(const std::vector<std::pair<st
 }
 
 // [rows, cols] for every rank's rows: in a window of the row communicator on the copy engines. Collective
-// then (every rank allocates the same buffers in the same order, at the first forward's end).
+// then (every rank allocates the same buffers in the same order, at the first forward).
 Tensor GatheredLinearZero::rows_buffer(int64_t rows, int64_t cols, const TensorOptions& options) {
   if (!copy_engines_) return Tensor::empty({rows, cols}, options);
   return row_group_->symmetric_zeros(rows * cols, options).reshape({rows, cols});
@@ -172,8 +172,8 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     layer.grad_w = Tensor::empty({layer.rows, layer.in}, opts);
     layer.ready = std::make_unique<StreamEvent>(layer.weight.device());
     layer.pieces.push_back(shard_.add(param_name(path, "weight"), layer.weight, layer.row0 * layer.in,
-                                     (layer.row0 + layer.rows) * layer.in,
-                                     layer.grad_w.reshape({layer.rows * layer.in})));
+                                      (layer.row0 + layer.rows) * layer.in,
+                                      layer.grad_w.reshape({layer.rows * layer.in})));
     if (layer.bias.defined()) {  // whole on every rank (see the header)
       layer.grad_b = Tensor::empty({layer.out}, layer.bias.options());
       layer.pieces.push_back(
@@ -216,8 +216,8 @@ GatheredLinearZero::~GatheredLinearZero() {
   for (auto& layer : layers_) set_linear_grad_provider(layer.weight, nullptr);
 }
 
-// Forward: the layer's input rows are kept (autograd keeps them for backward anyway) until the last layer's
-// forward; then every layer's rows go to every rank in one gather (see the header).
+// Forward: the layer's input rows are kept (autograd keeps them for backward anyway) until every layer of its
+// input group has run forward; then the group's rows go to every rank in one gather (see the header).
 void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
   NoGradGuard no_grad;
   Layer& layer = layers_[l];
@@ -232,8 +232,8 @@ void GatheredLinearZero::on_input(size_t l, const Tensor& x) {
   layer.x = x;
   layer.forwarded = true;
   const InputGroup& group = input_groups_[layer.group];
-  if (std::all_of(layers_.begin() + static_cast<int64_t>(group.begin), layers_.begin() + static_cast<int64_t>(group.end),
-                  [](const Layer& each) { return each.forwarded; }))
+  if (std::all_of(layers_.begin() + static_cast<int64_t>(group.begin),
+                  layers_.begin() + static_cast<int64_t>(group.end), [](const Layer& each) { return each.forwarded; }))
     gather_inputs(input_groups_[layer.group]);
 }
 
@@ -267,7 +267,8 @@ void GatheredLinearZero::gather_inputs(InputGroup& group) {
     }
   }
   for (auto layer = begin; layer != end; ++layer) {
-    group.staging.slice(layer->x_offset, layer->x_offset + layer->x.numel()).copy_(layer->x.reshape({layer->x.numel()}));
+    group.staging.slice(layer->x_offset, layer->x_offset + layer->x.numel())
+        .copy_(layer->x.reshape({layer->x.numel()}));
     layer->x = Tensor();
   }
   group.gather = collective(0, [&] { return row_group_->allgather(group.window, group.staging); });
@@ -349,9 +350,9 @@ void GatheredLinearZero::launch_update(size_t l) {
 void GatheredLinearZero::update_and_gather(Layer& layer) {
   inner_->update(layer.pieces);
   Tensor w = layer.weight.detach();
-  param_gathers_.push_back(
-      collective(param_group_ == row_group_ ? 0 : 1,
-                 [&] { return param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows)); }));
+  param_gathers_.push_back(collective(param_group_ == row_group_ ? 0 : 1, [&] {
+    return param_group_->allgather(w, w.slice(layer.row0, layer.row0 + layer.rows));
+  }));
 }
 
 // The compute stream (CUDA) or the host (Gloo) waits for the last updates and every parameter gather:

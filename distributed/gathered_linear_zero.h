@@ -15,9 +15,9 @@
 //
 // The inputs: on two ranks each layer's rows are gathered as its forward runs. On more ranks every layer's
 // rows go in one gather once the last layer has run forward: on the copy engines each collective also
-// synchronises every rank with every other twice, and with three or more peers one gather a layer spent
-// more on those than it won by moving rows beside the forward (4 x H100, MLP of 7 Linears: a step of
-// 1.97 ms against 1.55; on 2 GPUs one gather a step was the slower, 1.51 ms against 1.45).
+// synchronises every rank with every other twice, and with three or more peers one gather a layer spends
+// more on that than it wins by moving rows beside the forward; with one peer it is the other way round
+// (docs/performance.md, "Fewer, ordered gathers").
 //
 // Per step (core/linear_grad_provider.h calls on_input / on_output_grad from inside dpt::linear):
 //   comm stream A:   AG x_1 .. AG x_L (forward) ........ AG dpre_L .. AG dpre_{L-1} .. AG dpre_1
@@ -145,7 +145,7 @@ class GatheredLinearZero : public ShardedOptimizer {
 
   DistributedDataParallel& ddp_;
   UpdateTiming when_;
-  ShardPieces shard_;                          // this rank's pieces, and whole tensors from every rank's
+  ShardPieces shard_;                    // this rank's pieces, and whole tensors from every rank's
   std::shared_ptr<ProcessGroup> group_;  // DDP's group: checkpoints' whole tensors
   bool copy_engines_ = false;            // DDPOptions::copy_engines on CUDA (see the header)
   std::vector<Layer> layers_;
@@ -162,7 +162,7 @@ class GatheredLinearZero : public ShardedOptimizer {
   bool record_timing_ = false;
   std::unique_ptr<TimingState> timing_, finished_timing_;
   std::vector<std::shared_ptr<Work>> param_gathers_;
-  std::vector<InputGroup> input_groups_;  // every layer in exactly one
+  std::vector<InputGroup> input_groups_;          // every layer in exactly one
   std::vector<std::shared_ptr<void>> providers_;  // registered on the weights (core/linear_grad_provider.h)
   int64_t pending_ = -1;                          // the layer whose update waits until backward has read its weight
   bool in_backward_ = false;
