@@ -1,5 +1,5 @@
 // DDP parity: N ranks x batch b must train exactly like one process on the N*b batch (worker:
-// workers/ddp_parity.cpp). CPU cases run on Gloo in CI; CUDA cases need 2 GPUs (NCCL).
+// workers/ddp_parity.cpp). CPU cases run on Gloo in CI; CUDA cases need 2 GPUs (NCCL), the FourGpus ones 4.
 #include <gtest/gtest.h>
 
 #include <array>
@@ -172,5 +172,21 @@ TEST_F(DdpParityCuda, GatheredOnStepBf16CopyEnginesTwoGpus) {
 }
 TEST_F(DdpParityCuda, CudaGraphGatheredGradientsCopyEnginesTwoGpus) {
   expect_passes(2, "mlp gatheredgraph cuda ce_collectives");
+}
+
+// On more than two ranks gathered gradients send every layer's inputs in one gather a step (one window holds
+// every layer's rows), which two GPUs never reach.
+class DdpParityCudaFourGpus : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    if (dpt::cuda::device_count() < 4) GTEST_SKIP() << "needs 4 GPUs";
+  }
+};
+TEST_F(DdpParityCudaFourGpus, GatheredOnStep) { expect_passes(4, "mlp gatheredstep cuda"); }
+TEST_F(DdpParityCudaFourGpus, GatheredOnStepBf16CopyEngines) {
+  expect_passes(4, "mlp gatheredstepbf16 cuda ce_collectives");
+}
+TEST_F(DdpParityCudaFourGpus, CudaGraphGatheredGradientsCopyEngines) {
+  expect_passes(4, "mlp gatheredgraph cuda ce_collectives");
 }
 
