@@ -426,9 +426,11 @@ int Trainer::run() {
 
   model_->module()->train();
   const bool checkpoints = config_.checkpoint.enabled;
-  // Each step is launched before the previous one's result is read, so the device always has a step
-  // queued while the host waits. A step after which the host needs its parameters (evaluation, a
-  // checkpoint, the end) or a decision (a step decided on the host) is completed at once.
+  // On a GPU each step is launched before the previous one's result is read, so the device always has a
+  // step queued while the host waits. A step after which the host needs its parameters (evaluation, a
+  // checkpoint, the end) or a decision (a step decided on the host) is completed at once. On the CPU a
+  // launch runs the whole step, so each is completed at once too: completing it after the next launch
+  // would time each step by the next one's work, and the last by nothing.
   std::optional<LaunchedStep> pending;
   int stop = 0;
   int64_t step = start_step_;
@@ -440,7 +442,7 @@ int Trainer::run() {
     pending.reset();
     const bool evaluates = step < total_steps_ && every(step, config_.eval.every);
     const bool saves = checkpoints && step < total_steps_ && every(step, config_.checkpoint.every);
-    if (stop == 0 && !evaluates && !saves && step < total_steps_ && launched.readback) {
+    if (stop == 0 && !evaluates && !saves && step < total_steps_ && launched.readback && device_.is_cuda()) {
       pending = std::move(launched);
       continue;
     }
