@@ -190,9 +190,8 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   for (size_t l = 0; l < layers_.size(); ++l) {
     if (l == 0 || world <= 2) input_groups_.emplace_back().begin = l;
     input_groups_.back().end = l + 1;
+    layers_[l].group = input_groups_.size() - 1;
   }
-  for (size_t g = 0; g < input_groups_.size(); ++g)
-    for (size_t l = input_groups_[g].begin; l < input_groups_[g].end; ++l) layers_[l].group = g;
   sharded_elements_ = shard_.elements();
   inner_ = shard_.make_optimizer(make);
 
