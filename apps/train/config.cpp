@@ -36,6 +36,7 @@ struct Spec {
   std::optional<double> min{};
   bool min_exclusive = false;
   std::optional<double> max{};
+  bool max_exclusive = false;
   std::string help{};
 };
 
@@ -134,7 +135,7 @@ std::vector<Field> build_schema() {
   DPT_KEY(Int, "model.gpt.n_head", model.gpt.n_head, .min = 1, .max = 1024, .help = "attention heads");
   DPT_KEY(Int, "model.gpt.n_embd", model.gpt.n_embd, .min = 1, .max = 1 << 16,
           .help = "model width (divisible by n_head)");
-  DPT_KEY(Float, "model.gpt.dropout", model.gpt.dropout, .min = 0, .max = 1,
+  DPT_KEY(Float, "model.gpt.dropout", model.gpt.dropout, .min = 0, .max = 1, .max_exclusive = true,
           .help = "dropout probability (embeddings, attention weights, both residual branches)");
   DPT_KEY(Bool, "model.gpt.bias", model.gpt.bias,
           .help = "biases in the Linears and LayerNorms; false as in nanoGPT's recipes");
@@ -204,10 +205,12 @@ std::vector<Field> build_schema() {
   DPT_KEY(Choice, "optim.kind", optim.kind, .choices = {"adamw", "adam", "sgd"}, .help = "optimizer");
   DPT_KEY(Float, "optim.lr", optim.lr, .min = 0, .min_exclusive = true, .max = 100, .help = "peak learning rate");
   DPT_KEY(Float, "optim.weight_decay", optim.weight_decay, .min = 0, .max = 10, .help = "weight decay");
-  DPT_KEY(Float, "optim.beta1", optim.beta1, .min = 0, .max = 0.999999, .help = "adam: first-moment decay");
-  DPT_KEY(Float, "optim.beta2", optim.beta2, .min = 0, .max = 0.999999999, .help = "adam: second-moment decay");
+  DPT_KEY(Float, "optim.beta1", optim.beta1, .min = 0, .max = 1, .max_exclusive = true,
+          .help = "adam: first-moment decay");
+  DPT_KEY(Float, "optim.beta2", optim.beta2, .min = 0, .max = 1, .max_exclusive = true,
+          .help = "adam: second-moment decay");
   DPT_KEY(Float, "optim.eps", optim.eps, .min = 0, .min_exclusive = true, .max = 1, .help = "adam: epsilon");
-  DPT_KEY(Float, "optim.momentum", optim.momentum, .min = 0, .max = 0.999999, .help = "sgd: momentum");
+  DPT_KEY(Float, "optim.momentum", optim.momentum, .min = 0, .max = 1, .max_exclusive = true, .help = "sgd: momentum");
   DPT_KEY(Bool, "optim.nesterov", optim.nesterov, .help = "sgd: Nesterov momentum");
 
   DPT_KEY(Choice, "schedule.kind", schedule.kind, .choices = {"constant", "cosine", "step"},
@@ -398,10 +401,10 @@ std::string format_number(double v) { return fmt::format("{}", v); }
 
 std::string range_text(const Spec& spec) {
   if (spec.min && spec.max)
-    return fmt::format("in {}{}, {}]", spec.min_exclusive ? "(" : "[", format_number(*spec.min),
-                       format_number(*spec.max));
+    return fmt::format("in {}{}, {}{}", spec.min_exclusive ? "(" : "[", format_number(*spec.min),
+                       format_number(*spec.max), spec.max_exclusive ? ")" : "]");
   if (spec.min) return fmt::format("{} {}", spec.min_exclusive ? ">" : ">=", format_number(*spec.min));
-  if (spec.max) return fmt::format("<= {}", format_number(*spec.max));
+  if (spec.max) return fmt::format("{} {}", spec.max_exclusive ? "<" : "<=", format_number(*spec.max));
   return "";
 }
 
@@ -464,7 +467,7 @@ std::optional<bool> parse_bool(const std::string& s) {
 std::optional<std::string> check_range(const Field& f, double v) {
   const Spec& s = f.spec;
   const bool below = s.min && (s.min_exclusive ? v <= *s.min : v < *s.min);
-  const bool above = s.max && v > *s.max;
+  const bool above = s.max && (s.max_exclusive ? v >= *s.max : v > *s.max);
   if (below || above) return fmt::format("expected {}, got {}", allowed_text(f), format_number(v));
   return std::nullopt;
 }

@@ -161,7 +161,12 @@ TEST(ConfigErrors, WrongTypesSayWhatIsAllowed) {
 TEST(ConfigErrors, OutOfRangeValuesAndChoices) {
   expect_problem("training:\n  batch_size: 0\n", {"training.batch_size", "expected an integer >= 1, got 0"});
   expect_problem("optim:\n  lr: -0.1\n", {"optim.lr", "in (0, 100], got -0.1"});
-  expect_problem("model:\n  gpt:\n    dropout: 1.5\n", {"model.gpt.dropout", "in [0, 1], got 1.5"});
+  expect_problem("model:\n  gpt:\n    dropout: 1.5\n", {"model.gpt.dropout", "in [0, 1), got 1.5"});
+  // Open at the top where the layer or the optimizer would reject the bound itself.
+  expect_problem("model:\n  gpt:\n    dropout: 1\n", {"model.gpt.dropout", "in [0, 1), got 1"});
+  expect_problem("optim:\n  beta2: 1.0\n", {"optim.beta2", "in [0, 1), got 1"});
+  EXPECT_DOUBLE_EQ(load_config_text("optim:\n  beta2: 0.9999999999\n", "t.yaml", {}, kNoDevice).optim.beta2,
+                   0.9999999999);
   expect_problem("optim:\n  kind: adamm\n",
                  {"optim.kind", "one of adamw | adam | sgd | lion, got 'adamm'", "did you mean"});
   expect_problem("training:\n  precision: fp8\n", {"training.precision", "fp32 | bf16 | fp16", "'fp8'"});
