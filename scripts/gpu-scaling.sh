@@ -3,12 +3,15 @@
 # GPUs, bucket sweep, step-time model, CSV/Markdown/PNG per workload), what users run (dpt-train with the
 # shipped configs/bench_<workload>.yaml and default settings at the same GPU counts: the median logged
 # throughput per GPU, the first interval left out) and bench/pytorch_reference.py under torchrun at the same
-# counts. Prints the efficiency table last, a column per GPU count. Build first (scripts/gpu-test.sh builds
-# build-gpu/).
+# counts, in each of PyTorch's modes (eager and torch.compile, each in a fresh process): the ratios are
+# against the fastest of them at each count. Prints the efficiency table last, a column per GPU count. Build
+# first (scripts/gpu-test.sh builds build-gpu/). torch.compile adds about a minute a run: on a machine with
+# a per-command time limit, run one workload at a time.
 #
 #   scripts/gpu-scaling.sh                                     # mlp_92m tiny_gpt gpt2_124m on every GPU
 #   DPT_SCALING_WORKLOADS=mlp_92m DPT_SCALING_SWEEP=5,25 scripts/gpu-scaling.sh
 #   DPT_SCALING_ARGS="--zero" scripts/gpu-scaling.sh           # extra options for dpt-bench train
+#   DPT_SCALING_TORCH_MODES=eager scripts/gpu-scaling.sh       # PyTorch eager only (quick)
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"
@@ -16,6 +19,7 @@ out="${OUT:-${DPT_BUILD_DIR:-$root/build-gpu}}/scaling"
 workloads="${DPT_SCALING_WORKLOADS:-mlp_92m tiny_gpt gpt2_124m}"
 steps="${DPT_SCALING_STEPS:-30}"
 sweep="${DPT_SCALING_SWEEP:-5,25,100}"
+torch_modes="${DPT_SCALING_TORCH_MODES:-eager compile}"
 gpus="${DPT_SCALING_GPUS:-$(nvidia-smi -L | wc -l)}"
 # NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
 source "$root/scripts/gpu-env.sh"
@@ -47,9 +51,14 @@ for w in $workloads; do
   timeout 600 "$bin/dpt-bench" scaling --workload "$w" ${DPT_SCALING_ARGS:+"--train-args=$DPT_SCALING_ARGS"} \
     --max-gpus "$gpus" --steps "$steps" --warmup 5 --bucket-sweep "$sweep" --out "$out/$w" | tail -n 30
   for n in "${counts[@]}"; do train_defaults "$w" "$n"; done
-  for n in "${counts[@]}"; do
-    PYTHONUNBUFFERED=1 timeout 300 torchrun --standalone --nproc-per-node "$n" "$root/bench/pytorch_reference.py" \
-      --workload "$w" --steps "$steps" --warmup 5 2>"$out/pytorch_${w}_$n.err" | grep '^{' >>"$ref"
+  for mode in $torch_modes; do
+    mode_args=()
+    [[ "$mode" == eager ]] || mode_args=(--compile)
+    for n in "${counts[@]}"; do
+      PYTHONUNBUFFERED=1 timeout 600 torchrun --standalone --nproc-per-node "$n" "$root/bench/pytorch_reference.py" \
+        --workload "$w" --steps "$steps" --warmup 5 "${mode_args[@]}" 2>"$out/pytorch_${w}_${mode}_$n.err" |
+        grep '^{' >>"$ref" || echo "PyTorch $mode on $w, $n GPU(s): no result (see $out/pytorch_${w}_${mode}_$n.err)"
+    done
   done
 done
 
@@ -82,12 +91,19 @@ for w in workloads:
     for r in rows:  # a count's first row is at the default bucket size; the bucket sweep's rows come later
         ours.setdefault(int(r["gpus"]), float(r["throughput_per_gpu"]))
     line(w, "dpt-bench", ours)
-    line("", "dpt-train defaults", {r["world"]: r["throughput"] for r in train_rows if r["workload"] == w})
-    theirs = {r.get("world", 1): r["throughput"] for r in torch_rows if r["workload"] == w}
-    systems = [r["system"] for r in torch_rows if r["workload"] == w and r.get("world", 1) > 1]
-    line("", systems[0] if systems else "PyTorch DDP", theirs)
-    ratio = " ".join(f"{ours[n] / theirs[n]:>10.2f}x" if n in ours and n in theirs else f"{'-':>11}" for n in counts)
-    print(f"{'':<10} {'dpt-bench / PyTorch':<19} {ratio}")
+    defaults = {r["world"]: r["throughput"] for r in train_rows if r["workload"] == w}
+    line("", "dpt-train defaults", defaults)
+    modes = {}  # PyTorch's mode ("pytorch-eager", "pytorch-compile") -> {count: throughput per GPU}
+    for r in torch_rows:
+        if r["workload"] == w:
+            modes.setdefault(r["system"].removesuffix("+ddp"), {})[r.get("world", 1)] = r["throughput"]
+    for mode, per_gpu in modes.items():
+        line("", mode + " DDP", per_gpu)
+    fastest = {n: max(m[n] for m in modes.values() if n in m) for n in counts if any(n in m for m in modes.values())}
+    for name, mine in (("dpt-bench", ours), ("dpt-train", defaults)):
+        ratio = " ".join(f"{mine[n] / fastest[n]:>10.2f}x" if n in mine and n in fastest else f"{'-':>11}"
+                         for n in counts)
+        print(f"{'':<10} {name + ' / PyTorch':<19} {ratio}  (against PyTorch's fastest mode at each count)")
     at_most = [r for r in rows if int(r["gpus"]) == counts[-1]]
     if len(at_most) > 1:
         best = max(at_most, key=lambda r: float(r["efficiency_pct"]))
