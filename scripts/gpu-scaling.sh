@@ -12,6 +12,7 @@
 #   DPT_SCALING_WORKLOADS=mlp_92m DPT_SCALING_SWEEP=5,25 scripts/gpu-scaling.sh
 #   DPT_SCALING_ARGS="--zero" scripts/gpu-scaling.sh           # extra options for dpt-bench train
 #   DPT_SCALING_TORCH_MODES=eager scripts/gpu-scaling.sh       # PyTorch eager only (quick)
+#   scripts/gpu-scaling.sh --table-only                        # the table again, from an earlier run's files
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"
@@ -20,48 +21,18 @@ workloads="${DPT_SCALING_WORKLOADS:-mlp_92m tiny_gpt gpt2_124m}"
 steps="${DPT_SCALING_STEPS:-30}"
 sweep="${DPT_SCALING_SWEEP:-5,25,100}"
 torch_modes="${DPT_SCALING_TORCH_MODES:-eager compile}"
-gpus="${DPT_SCALING_GPUS:-$(nvidia-smi -L | wc -l)}"
-# NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
-source "$root/scripts/gpu-env.sh"
-mkdir -p "$out"
-counts=()  # dpt-bench scaling's: 1, 2, 4, ... up to the GPUs, and the GPUs themselves
-for ((n = 1; n <= gpus; n *= 2)); do counts+=("$n"); done
-((counts[-1] == gpus)) || counts+=("$gpus")
 ref="$out/pytorch.jsonl"
 defaults="$out/dpt-train.jsonl"
-: >"$ref"
-: >"$defaults"
 
-# train_defaults WORKLOAD GPUS: appends {"workload", "world", "throughput"} (per GPU) of a dpt-train run with
-# default settings.
-train_defaults() {
-  local run="$out/dpt-train_$1_$2" steps=400 every=20
-  [[ "$1" != gpt2_124m ]] || steps=80 every=10
-  local cmd=("$bin/dpt-train" -c "$root/configs/bench_$1.yaml" "training.steps=$steps" "logging.every=$every"
-    "checkpoint.dir=$run")
-  ((${2} == 1)) || cmd=("$bin/dpt-run" --standalone --nproc-per-node "$2" -- "${cmd[@]}")
-  rm -rf "$run"
-  timeout 300 "${cmd[@]}" >"$run.log" 2>&1 || echo "dpt-train $1 on $2 GPU(s) failed: see $run.log"
-  local per_gpu
-  per_gpu="$(python3 "$root/bench/logged.py" median "$run/metrics.jsonl" throughput_per_gpu)"
-  [[ "$per_gpu" == NA ]] || echo "{\"workload\": \"$1\", \"world\": $2, \"throughput\": $per_gpu}" >>"$defaults"
+# count_up_to GPUS: dpt-bench scaling's counts, 1, 2, 4, ... up to the GPUs, and the GPUs themselves.
+count_up_to() {
+  counts=()
+  for ((n = 1; n <= $1; n *= 2)); do counts+=("$n"); done
+  ((counts[-1] == $1)) || counts+=("$1")
 }
 
-for w in $workloads; do
-  timeout 600 "$bin/dpt-bench" scaling --workload "$w" ${DPT_SCALING_ARGS:+"--train-args=$DPT_SCALING_ARGS"} \
-    --max-gpus "$gpus" --steps "$steps" --warmup 5 --bucket-sweep "$sweep" --out "$out/$w" | tail -n 30
-  for n in "${counts[@]}"; do train_defaults "$w" "$n"; done
-  for mode in $torch_modes; do
-    mode_args=()
-    [[ "$mode" == eager ]] || mode_args=(--compile)
-    for n in "${counts[@]}"; do
-      PYTHONUNBUFFERED=1 timeout 600 torchrun --standalone --nproc-per-node "$n" "$root/bench/pytorch_reference.py" \
-        --workload "$w" --steps "$steps" --warmup 5 "${mode_args[@]}" 2>"$out/pytorch_${w}_${mode}_$n.err" |
-        grep '^{' >>"$ref" || echo "PyTorch $mode on $w, $n GPU(s): no result (see $out/pytorch_${w}_${mode}_$n.err)"
-    done
-  done
-done
-
+# table: the efficiency table of the files in $out, a column per count.
+table() {
 python3 - "$out" "$ref" "$defaults" "${counts[*]}" $workloads <<'PY'
 import csv, json, sys
 out, ref, defaults, counts, workloads = sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4].split(), sys.argv[5:]
@@ -110,3 +81,57 @@ for w in workloads:
         print(f"{'':<10} best bucket at {counts[-1]} GPUs: {float(best['bucket_cap_mb']):.0f} MB, "
               f"{float(best['efficiency_pct']):.1f}%")
 PY
+}
+
+if [[ "${1:-}" == "--table-only" ]]; then
+  [[ -f "$ref" && -f "$defaults" ]] || { echo "gpu-scaling: no earlier run in $out" >&2; exit 2; }
+  # The counts up to the largest world in the files, and the workloads they name, unless set.
+  rows='import json, sys; rows = [json.loads(l) for f in sys.argv[1:] for l in open(f) if l.startswith("{")]'
+  count_up_to "${DPT_SCALING_GPUS:-$(python3 -c "$rows; print(max([1] + [r.get('world', 1) for r in rows]))" "$ref" "$defaults")}"
+  workloads="${DPT_SCALING_WORKLOADS:-$(python3 -c "$rows; print(*dict.fromkeys(r['workload'] for r in rows))" "$ref" "$defaults")}"
+  table
+  exit
+elif (($#)); then
+  echo "usage: scripts/gpu-scaling.sh [--table-only]  (settings: DPT_SCALING_* variables, see the header)" >&2
+  exit 2
+fi
+
+gpus="${DPT_SCALING_GPUS:-$(nvidia-smi -L | wc -l)}"
+count_up_to "$gpus"
+# NVLink multicast off, .deps on the library path, the same NCCL as PyTorch (scripts/gpu-env.sh).
+source "$root/scripts/gpu-env.sh"
+mkdir -p "$out"
+: >"$ref"
+: >"$defaults"
+
+# train_defaults WORKLOAD GPUS: appends {"workload", "world", "throughput"} (per GPU) of a dpt-train run with
+# default settings.
+train_defaults() {
+  local run="$out/dpt-train_$1_$2" steps=400 every=20
+  [[ "$1" != gpt2_124m ]] || steps=80 every=10
+  local cmd=("$bin/dpt-train" -c "$root/configs/bench_$1.yaml" "training.steps=$steps" "logging.every=$every"
+    "checkpoint.dir=$run")
+  ((${2} == 1)) || cmd=("$bin/dpt-run" --standalone --nproc-per-node "$2" -- "${cmd[@]}")
+  rm -rf "$run"
+  timeout 300 "${cmd[@]}" >"$run.log" 2>&1 || echo "dpt-train $1 on $2 GPU(s) failed: see $run.log"
+  local per_gpu
+  per_gpu="$(python3 "$root/bench/logged.py" median "$run/metrics.jsonl" throughput_per_gpu)"
+  [[ "$per_gpu" == NA ]] || echo "{\"workload\": \"$1\", \"world\": $2, \"throughput\": $per_gpu}" >>"$defaults"
+}
+
+for w in $workloads; do
+  timeout 600 "$bin/dpt-bench" scaling --workload "$w" ${DPT_SCALING_ARGS:+"--train-args=$DPT_SCALING_ARGS"} \
+    --max-gpus "$gpus" --steps "$steps" --warmup 5 --bucket-sweep "$sweep" --out "$out/$w" | tail -n 30
+  for n in "${counts[@]}"; do train_defaults "$w" "$n"; done
+  for mode in $torch_modes; do
+    mode_args=()
+    [[ "$mode" == eager ]] || mode_args=(--compile)
+    for n in "${counts[@]}"; do
+      PYTHONUNBUFFERED=1 timeout 600 torchrun --standalone --nproc-per-node "$n" "$root/bench/pytorch_reference.py" \
+        --workload "$w" --steps "$steps" --warmup 5 "${mode_args[@]}" 2>"$out/pytorch_${w}_${mode}_$n.err" |
+        grep '^{' >>"$ref" || echo "PyTorch $mode on $w, $n GPU(s): no result (see $out/pytorch_${w}_${mode}_$n.err)"
+    done
+  done
+done
+
+table
