@@ -13,7 +13,8 @@
 // factor, the skip and the agreement stay there, and the update reads them), so the host launches step
 // k + 1 before it reads step k's loss and the device never waits for it. The agreement's sum over ranks
 // (loss and stop; a non-finite loss anywhere makes the sum non-finite) is launched once the last forward has
-// run, behind backward's compute, not after it. Only fp16 loss scaling decides on the host. Under
+// run, behind backward's compute, or, sharded, in the norm's sum after backward. Only fp16 loss scaling
+// decides on the host. Under
 // training.cuda_graph, part 2 (one micro-batch, the agreement with it) is replayed from a CUDA graph after
 // kEagerSteps eager steps (apps/train/step_graph.h); everything else is the same code.
 #include "trainer.h"
@@ -87,9 +88,10 @@ Tensor Trainer::forward_backward(int64_t step) {
 void Trainer::agree(const Tensor& loss_sum, int64_t micro_batches) {
   if (!decides_on_device()) return;
   agreed_ = optim::step_agreement(loss_sum, micro_batches, stop_flag_.get());
-  // Launched before backward, so its latency hides behind backward's compute (every rank launches it at
-  // the same point, ahead of DDP's bucket collectives).
-  if (group_) agreement_ = group_->allreduce(agreed_, dist::ReduceOp::Sum);
+  // Sharded, it rides on the norm's sum after backward (decide_on_device). Otherwise it is launched before
+  // backward, so its latency hides behind backward's compute (every rank launches it at the same point,
+  // ahead of DDP's bucket collectives).
+  if (group_ && !sharded_) agreement_ = group_->allreduce(agreed_, dist::ReduceOp::Sum);
 }
 
 void Trainer::await_agreement() {
@@ -99,12 +101,17 @@ void Trainer::await_agreement() {
 }
 
 void Trainer::decide_on_device(HostReadback& readback) {
+  Tensor agreed = agreed_;
   Tensor sum_of_squares;
   if (sharded_) {
     // Sharded, the update reads this rank's averaged (bf16 or float32) gradients themselves, and each rank
-    // holds a share of them: the squared norm is the shares' sum.
-    sum_of_squares = sharded_->grad_sum_of_squares();
-    group_->allreduce(sum_of_squares, dist::ReduceOp::Sum)->wait();
+    // holds a share of them: the squared norm is the shares' sum. The agreement goes in the same sum. Summed
+    // during backward instead, its kernel holds an SM while it waits for the slowest rank, and backward's
+    // GEMMs that need every SM wait for it; here the ranks have just met in the last bucket's exchange.
+    const Tensor sums = concat({agreed_, sharded_->grad_sum_of_squares()}, 0);
+    group_->allreduce(sums, dist::ReduceOp::Sum)->wait();
+    agreed = sums.slice(0, 2);
+    sum_of_squares = sums.slice(2, 3);
   } else {
     mixed_->grads_to_master();  // float32 copies of 16-bit gradients, unless the update reads them itself
     std::vector<Tensor> with_grads;
@@ -113,7 +120,7 @@ void Trainer::decide_on_device(HostReadback& readback) {
   }
   // From the loss and stop summed over ranks and a norm every rank computed alike: every rank's update reads
   // the same skip and clip factor.
-  Tensor outcome = optim::step_outcome(agreed_, sum_of_squares, config_.training.grad_clip);
+  Tensor outcome = optim::step_outcome(agreed, sum_of_squares, config_.training.grad_clip);
   optimizer().set_gate(outcome.slice(optim::kStepSkip, optim::kGradScale + 1));
   // A skip leaves parameters, optimizer state and its step count untouched.
   if (sharded_) {

@@ -89,7 +89,8 @@ class Trainer {
   Tensor forward_backward(int64_t step);  // the micro-batches; returns their summed loss, on the device
   bool decides_on_device() const;
   // The agreement (optim/step_outcome.h) of the step whose forward made `loss_sum`, summed over ranks behind
-  // the backward that follows; await_agreement() after that backward. Decided on the device only.
+  // the backward that follows (sharded: with the norm, after it); await_agreement() after that backward.
+  // Decided on the device only.
   void agree(const Tensor& loss_sum, int64_t micro_batches);
   void await_agreement();
   void decide_on_device(HostReadback& readback);

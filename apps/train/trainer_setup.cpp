@@ -373,7 +373,7 @@ void Trainer::setup_optimizer() {
         [this](const data::Batch& batch) {
           model_->module()->zero_grad();
           Tensor loss = model_->loss(batch, compute_);
-          agree(loss.detach(), 1);  // the graph sums the agreement over ranks too, reading the stop flag afresh
+          agree(loss.detach(), 1);  // reads the stop flag afresh each replay (and sums over ranks, unsharded)
           mixed_->scale_loss(loss).backward();
           await_agreement();
           return loss;
