@@ -14,9 +14,9 @@
 // k + 1 before it reads step k's loss and the device never waits for it. The agreement's sum over ranks
 // (loss and stop; a non-finite loss anywhere makes the sum non-finite) is launched once the last forward has
 // run, behind backward's compute, or, sharded, in the norm's sum after backward. Only fp16 loss scaling
-// decides on the host. Under
-// training.cuda_graph, part 2 (one micro-batch, the agreement with it) is replayed from a CUDA graph after
-// kEagerSteps eager steps (apps/train/step_graph.h); everything else is the same code.
+// decides on the host. Under training.cuda_graph, part 2 (one micro-batch, the agreement with it) is
+// replayed from a CUDA graph after kEagerSteps eager steps (apps/train/step_graph.h); everything else is
+// the same code.
 #include "trainer.h"
 
 #include <spdlog/spdlog.h>
