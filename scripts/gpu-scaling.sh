@@ -3,10 +3,11 @@
 # GPUs, bucket sweep, step-time model, CSV/Markdown/PNG per workload), what users run (dpt-train with the
 # shipped configs/bench_<workload>.yaml and default settings at the same GPU counts: the median logged
 # throughput per GPU, the first interval left out) and bench/pytorch_reference.py under torchrun at the same
-# counts, in each of PyTorch's modes (eager and torch.compile, each in a fresh process): the ratios are
-# against the fastest of them at each count. Prints the efficiency table last, a column per GPU count. Build
-# first (scripts/gpu-test.sh builds build-gpu/). torch.compile adds about a minute a run: on a machine with
-# a per-command time limit, run one workload at a time.
+# counts, in each of PyTorch's modes (eager, torch.compile, and torch.compile with CUDA graphs: mode
+# reduce-overhead, shown as pytorch-graphs; each in a fresh process): the ratios are against the fastest of
+# them at each count. Prints the efficiency table last, a column per GPU count. Build first
+# (scripts/gpu-test.sh builds build-gpu/). torch.compile adds about a minute a run: on a machine with a
+# per-command time limit, run one workload at a time.
 #
 #   scripts/gpu-scaling.sh                                     # mlp_92m tiny_gpt gpt2_124m on every GPU
 #   DPT_SCALING_WORKLOADS=mlp_92m DPT_SCALING_SWEEP=5,25 scripts/gpu-scaling.sh
@@ -20,7 +21,7 @@ out="${OUT:-${DPT_BUILD_DIR:-$root/build-gpu}}/scaling"
 workloads="${DPT_SCALING_WORKLOADS:-mlp_92m tiny_gpt gpt2_124m}"
 steps="${DPT_SCALING_STEPS:-30}"
 sweep="${DPT_SCALING_SWEEP:-5,25,100}"
-torch_modes="${DPT_SCALING_TORCH_MODES:-eager compile}"
+torch_modes="${DPT_SCALING_TORCH_MODES:-eager compile reduce-overhead}"
 ref="$out/pytorch.jsonl"
 defaults="$out/dpt-train.jsonl"
 
@@ -64,10 +65,11 @@ for w in workloads:
     line(w, "dpt-bench", ours)
     defaults = {r["world"]: r["throughput"] for r in train_rows if r["workload"] == w}
     line("", "dpt-train defaults", defaults)
-    modes = {}  # PyTorch's mode ("pytorch-eager", "pytorch-compile") -> {count: throughput per GPU}
+    modes = {}  # PyTorch's mode ("pytorch-eager", "pytorch-compile", "pytorch-graphs") -> {count: throughput per GPU}
     for r in torch_rows:
         if r["workload"] == w:
-            modes.setdefault(r["system"].removesuffix("+ddp"), {})[r.get("world", 1)] = r["throughput"]
+            mode = r["system"].removesuffix("+ddp").replace("compile-reduce-overhead", "graphs")
+            modes.setdefault(mode, {})[r.get("world", 1)] = r["throughput"]
     for mode, per_gpu in modes.items():
         line("", mode + " DDP", per_gpu)
     fastest = {n: max(m[n] for m in modes.values() if n in m) for n in counts if any(n in m for m in modes.values())}
@@ -124,8 +126,11 @@ for w in $workloads; do
     --max-gpus "$gpus" --steps "$steps" --warmup 5 --bucket-sweep "$sweep" --out "$out/$w" | tail -n 30
   for n in "${counts[@]}"; do train_defaults "$w" "$n"; done
   for mode in $torch_modes; do
-    mode_args=()
-    [[ "$mode" == eager ]] || mode_args=(--compile)
+    case "$mode" in
+      eager) mode_args=() ;;
+      compile) mode_args=(--compile) ;;
+      *) mode_args=(--compile --compile-mode "$mode") ;;
+    esac
     for n in "${counts[@]}"; do
       PYTHONUNBUFFERED=1 timeout 600 torchrun --standalone --nproc-per-node "$n" "$root/bench/pytorch_reference.py" \
         --workload "$w" --steps "$steps" --warmup 5 "${mode_args[@]}" 2>"$out/pytorch_${w}_${mode}_$n.err" |

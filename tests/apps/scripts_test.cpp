@@ -227,9 +227,9 @@ TEST(GpuConvergenceTable, ANullLossFromDptBenchIsInfinitelyFarNotACrash) {
   EXPECT_EQ(r.output.find("Traceback"), std::string::npos) << r.output;
 }
 
-// scripts/gpu-scaling.sh's table from an earlier run's files: PyTorch DDP ran in two modes, and each of
-// dptrain's ratios is against the faster mode at that count (compile at one GPU, eager at two, the only
-// one at four).
+// scripts/gpu-scaling.sh's table from an earlier run's files: PyTorch DDP ran in three modes, and each of
+// dptrain's ratios is against the fastest mode at that count (compile at one GPU, eager at two, CUDA graphs
+// at four).
 TEST(GpuScalingTable, RatiosAreAgainstPyTorchsFastestModeAtEachCount) {
   if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
   ScratchDir dir("scaling_table");
@@ -245,16 +245,19 @@ TEST(GpuScalingTable, RatiosAreAgainstPyTorchsFastestModeAtEachCount) {
          "{\"system\": \"pytorch-eager+ddp\", \"workload\": \"mlp_92m\", \"world\": 2, \"throughput\": 90}\n"
          "{\"system\": \"pytorch-eager+ddp\", \"workload\": \"mlp_92m\", \"world\": 4, \"throughput\": 80}\n"
          "{\"system\": \"pytorch-compile\", \"workload\": \"mlp_92m\", \"world\": 1, \"throughput\": 200}\n"
-         "{\"system\": \"pytorch-compile+ddp\", \"workload\": \"mlp_92m\", \"world\": 2, \"throughput\": 60}\n";
+         "{\"system\": \"pytorch-compile+ddp\", \"workload\": \"mlp_92m\", \"world\": 2, \"throughput\": 60}\n"
+         "{\"system\": \"pytorch-compile-reduce-overhead+ddp\", \"workload\": \"mlp_92m\", \"world\": 4, "
+         "\"throughput\": 100}\n";
   RunResult r = run_shell("OUT=" + quote(dir.path().string()) + " " + quote(kSource + "/scripts/gpu-scaling.sh") +
                           " --table-only");
   EXPECT_EQ(r.exit_code, 0) << r.output;
   EXPECT_NE(r.output.find("1 -> 2 -> 4 GPUs"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("pytorch-compile DDP"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("pytorch-graphs DDP"), std::string::npos) << r.output;
   EXPECT_NE(r.output.find("30.0%"), std::string::npos) << r.output;  // compile's own efficiency at two: 60 / 200
-  // 400 / 200, 380 / 90, 360 / 80; and dpt-train's 300 / 200, 290 / 90, 280 / 80.
-  EXPECT_NE(r.output.find("dpt-bench / PyTorch       2.00x       4.22x       4.50x"), std::string::npos) << r.output;
-  EXPECT_NE(r.output.find("dpt-train / PyTorch       1.50x       3.22x       3.50x"), std::string::npos) << r.output;
+  // 400 / 200, 380 / 90, 360 / 100; and dpt-train's 300 / 200, 290 / 90, 280 / 100.
+  EXPECT_NE(r.output.find("dpt-bench / PyTorch       2.00x       4.22x       3.60x"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("dpt-train / PyTorch       1.50x       3.22x       2.80x"), std::string::npos) << r.output;
 
   RunResult none = run_shell("OUT=" + quote(dir.file("nothing")) + " " + quote(kSource + "/scripts/gpu-scaling.sh") +
                              " --table-only");
