@@ -63,8 +63,8 @@ for w in workloads:
     for r in rows:  # a count's first row is at the default bucket size; the bucket sweep's rows come later
         ours.setdefault(int(r["gpus"]), float(r["throughput_per_gpu"]))
     line(w, "dpt-bench", ours)
-    defaults = {r["world"]: r["throughput"] for r in train_rows if r["workload"] == w}
-    line("", "dpt-train defaults", defaults)
+    trained = {r["world"]: r["throughput"] for r in train_rows if r["workload"] == w}
+    line("", "dpt-train defaults", trained)
     modes = {}  # PyTorch's mode ("pytorch-eager", "pytorch-compile", "pytorch-graphs") -> {count: throughput per GPU}
     for r in torch_rows:
         if r["workload"] == w:
@@ -73,7 +73,7 @@ for w in workloads:
     for mode, per_gpu in modes.items():
         line("", mode + " DDP", per_gpu)
     fastest = {n: max(m[n] for m in modes.values() if n in m) for n in counts if any(n in m for m in modes.values())}
-    for name, mine in (("dpt-bench", ours), ("dpt-train", defaults)):
+    for name, mine in (("dpt-bench", ours), ("dpt-train", trained)):
         ratio = " ".join(f"{mine[n] / fastest[n]:>10.2f}x" if n in mine and n in fastest else f"{'-':>11}"
                          for n in counts)
         print(f"{'':<10} {name + ' / PyTorch':<19} {ratio}  (against PyTorch's fastest mode at each count)")
