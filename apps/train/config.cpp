@@ -1100,6 +1100,18 @@ Config load_config(const std::string& path, const std::vector<std::string>& over
   return load_config_text(read_file(path), path, overrides, options);
 }
 
+namespace {
+
+// `text` inside a comment line: a line break in it (an override's value, a file name) continues the comment
+// instead of ending it, or the rest would be read back as keys.
+std::string comment_text(const std::string& text) {
+  std::string out;
+  for (char c : text) out += (c == '\n' || c == '\r') ? std::string("\n#     ") : std::string(1, c);
+  return out;
+}
+
+}  // namespace
+
 std::string to_yaml(const Config& config) {
   YAML::Node root(YAML::NodeType::Map);
   for (const Field& f : schema()) {
@@ -1121,8 +1133,8 @@ std::string to_yaml(const Config& config) {
   YAML::Emitter out;
   out << root;
   std::string header = "# Resolved dptrain config";
-  if (!config.source_file.empty()) header += " from " + config.source_file;
-  for (const auto& o : config.overrides) header += "\n#   --set " + o;
+  if (!config.source_file.empty()) header += " from " + comment_text(config.source_file);
+  for (const auto& o : config.overrides) header += "\n#   --set " + comment_text(o);
   return header + "\n" + out.c_str() + "\n";
 }
 

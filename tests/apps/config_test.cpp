@@ -308,6 +308,16 @@ TEST(Config, ResolvedYamlLoadsBackToTheSameConfig) {
   EXPECT_EQ(body(to_yaml(again)), body(yaml));
 }
 
+// The header names the overrides in comments; a value with a line break must not end its comment.
+TEST(Config, AnOverrideWithALineBreakStaysInTheResolvedYamlsComment) {
+  Config c =
+      load_config_text("", "t.yaml", {"data.path=/data/a:\nlogging:\r  every: 3", "training.steps=7"}, kNoDevice);
+  Config again = load_config_text(to_yaml(c), "resolved.yaml", {}, kNoDevice);
+  EXPECT_EQ(again.data.path, "/data/a:\nlogging:\r  every: 3");
+  EXPECT_EQ(again.logging.every, c.logging.every);
+  EXPECT_EQ(again.training.steps, 7);
+}
+
 TEST(Config, WriteConfigCreatesTheFile) {
   ScratchDir dir;
   Config c = load_config_text("", "t.yaml", {"training.steps=7"}, kNoDevice);
