@@ -5,8 +5,9 @@ Each shape is a dpt-train config: a shipped benchmark config with the shape's ke
 by `dpt-train --print-config` into a file, so dptrain and the PyTorch reference (bench/pytorch_reference.py
 --config) train exactly the same model. dptrain's step time is the median of the step times dpt-train
 logs to metrics.jsonl (default settings, the first logged interval left out); PyTorch's is its median
-step in each mode, every mode in a fresh process. The ratio is PyTorch's step over dptrain's, against
-the faster PyTorch mode. Prints one row per shape and the worst and median ratio per family last.
+step in each mode (eager, torch.compile and torch.compile with CUDA graphs unless --modes says otherwise),
+every mode in a fresh process. The ratio is PyTorch's step over dptrain's, against the fastest PyTorch
+mode. Prints one row per shape and the worst and median ratio per family last.
 
     python3 bench/sweep.py --out results/sweep            # the default grid
     python3 bench/sweep.py --gpt 4x512x512x8 --mlp 4x4096x1024 --modes eager,compile
@@ -78,7 +79,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--gpt", action="append", help="GPT shapes (default: the built-in grid)")
     ap.add_argument("--mlp", action="append", help="MLP shapes (default: the built-in grid)")
-    ap.add_argument("--modes", default="eager,compile", help="PyTorch modes: eager, compile, reduce-overhead")
+    ap.add_argument("--modes", default="eager,compile,reduce-overhead",
+                    help="PyTorch modes, comma-separated: eager, compile, reduce-overhead (CUDA graphs)")
     ap.add_argument("--steps", type=int, default=30)
     ap.add_argument("--gpus", type=int, default=1, help="shapes measured at once, each on a GPU of its own")
     ap.add_argument("--out", default=os.path.join(ROOT, "build-gpu", "sweep"))
