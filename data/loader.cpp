@@ -149,6 +149,42 @@ struct Loader::Resident {
   Tensor targets;
   Tensor order;  // int64 sampler indices of epoch `order_epoch`, on the device
   int64_t order_epoch = -1;
+#ifdef DPT_HAVE_CUDA
+  // The order goes up from page-locked memory on the consumer's stream, so the host never waits for the
+  // steps queued before it (a copy from pageable memory would). The buffer is refilled only after the
+  // previous epoch's copy out of it has finished, which it has long done by then.
+  void* staging = nullptr;
+  size_t staging_bytes = 0;
+  std::unique_ptr<cuda::CudaEvent> uploaded;
+
+  explicit Resident(int device) : uploaded(std::make_unique<cuda::CudaEvent>(false, device)) {}
+  ~Resident() {
+    uploaded->synchronize();  // no pinned buffer may be freed under a running copy
+    cuda::free_pinned(staging);
+  }
+
+  // `values` as an int64 tensor on `device`, ordered on the current stream like any kernel there.
+  Tensor upload(const std::vector<int64_t>& values, Device device) {
+    const size_t nbytes = values.size() * sizeof(int64_t);
+    Tensor out = Tensor::empty({static_cast<int64_t>(values.size())},
+                               TensorOptions{}.with_dtype(DType::Int64).with_device(device));
+    if (nbytes == 0) return out;
+    uploaded->synchronize();
+    if (nbytes > staging_bytes) {
+      cuda::free_pinned(staging);
+      staging = nullptr;
+      staging_bytes = 0;
+      staging = cuda::allocate_pinned(nbytes);
+      staging_bytes = nbytes;
+    }
+    std::memcpy(staging, values.data(), nbytes);
+    cuda::DeviceGuard guard(device.index);
+    cudaStream_t stream = cuda::current_stream(device.index);
+    DPT_CUDA_CHECK(cudaMemcpyAsync(out.data_ptr(), staging, nbytes, cudaMemcpyHostToDevice, stream));
+    uploaded->record(stream);
+    return out;
+  }
+#endif
 };
 
 // ---------------------------------------------------------------------------------------------
@@ -200,7 +236,7 @@ Loader::Loader(std::shared_ptr<const Dataset> dataset, std::shared_ptr<const Sam
         typeid(dataset) == typeid(TensorDataset) ? static_cast<const TensorDataset*>(&dataset) : nullptr;
     if (tensors &&
         static_cast<int64_t>(tensors->inputs().nbytes() + tensors->targets().nbytes()) <= options_.resident_bytes) {
-      resident_ = std::make_unique<Resident>();
+      resident_ = std::make_unique<Resident>(options_.device.index);
       resident_->inputs = tensors->inputs().to(options_.device);
       resident_->targets = tensors->targets().to(options_.device);
       return;  // nothing to prepare ahead
@@ -314,10 +350,10 @@ void Loader::set_position(LoaderPosition position) {
 Batch Loader::resident_next() {
   const LoaderPosition p = position_;
   if (resident_->order_epoch != p.epoch) {
-    const std::vector<int64_t> order = sampler_->epoch_indices(p.epoch);
-    resident_->order = from_vector(order, {static_cast<int64_t>(order.size())},
-                                   TensorOptions{}.with_dtype(DType::Int64).with_device(options_.device));
+#ifdef DPT_HAVE_CUDA
+    resident_->order = resident_->upload(sampler_->epoch_indices(p.epoch), options_.device);
     resident_->order_epoch = p.epoch;
+#endif
   }
   const int64_t begin = p.batch * options_.batch_size;
   const Tensor rows = resident_->order.slice(begin, std::min(resident_->order.size(0), begin + options_.batch_size));

@@ -1,10 +1,20 @@
 #include <gtest/gtest.h>
 
+#include <atomic>
+#include <chrono>
+#include <thread>
+
 #include "core/cuda_runtime.h"
 #include "core/factory.h"
 #include "data/loader.h"
 #include "data/sampler.h"
 #include "data/tensor_dataset.h"
+
+#ifdef DPT_HAVE_CUDA
+#include <cuda_runtime.h>
+
+#include "core/cuda/stream.h"
+#endif
 
 namespace dpt::data {
 namespace {
@@ -61,6 +71,49 @@ TEST(LoaderOnGpu, AResidentDatasetKeepsTheFinalPartialBatchAndMovesToTheNextEpoc
     EXPECT_EQ(got.target.to_vector<int64_t>(), loader.host_batch(pos).target.to_vector<int64_t>()) << "step " << step;
   }
 }
+
+#ifdef DPT_HAVE_CUDA
+// A stream held by a host function until the test opens it, or for at most ten seconds. Whatever the host
+// synchronises with on that stream while it is held, it waits out the ten seconds for, and `waited_out`
+// says so.
+struct StreamGate {
+  std::atomic<bool> open{false};
+  std::atomic<bool> waited_out{false};
+
+  static void hold(void* self) {
+    auto* gate = static_cast<StreamGate*>(self);
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(10);
+    while (!gate->open.load() && std::chrono::steady_clock::now() < until) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    gate->waited_out = !gate->open.load();
+  }
+};
+
+// A new epoch's visiting order goes up to a resident dataset without the host waiting for the steps
+// queued before it: next() returns while the consumer's stream is still held, and the batch is right.
+TEST(LoaderOnGpu, AResidentDatasetStartsAnEpochWithoutWaitingForTheDevice) {
+  if (!dpt::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = 16;
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = 100 + i;
+  auto ds = std::make_shared<TensorDataset>(from_vector(std::vector<float>(static_cast<size_t>(n) * 3, 0.5f), {n, 3}),
+                                            from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int64)));
+  Loader loader(ds, std::make_shared<RandomSampler>(n, 5), {.batch_size = 8, .device = Device::cuda(0)});
+  ASSERT_EQ(loader.batches_per_epoch(), 2);
+  loader.next();
+  loader.next();  // epoch 0 served; the next batch starts epoch 1
+  dpt::cuda::synchronize();
+
+  StreamGate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(dpt::cuda::current_stream(0), &StreamGate::hold, &gate), cudaSuccess);
+  const Batch first_of_epoch_1 = loader.next();
+  gate.open = true;
+  dpt::cuda::synchronize();
+  EXPECT_FALSE(gate.waited_out) << "next() waited for the device at the epoch boundary";
+  EXPECT_EQ(first_of_epoch_1.target.to_vector<int64_t>(), loader.host_batch({1, 0}).target.to_vector<int64_t>());
+}
+#endif
 
 }  // namespace
 }  // namespace dpt::data
