@@ -170,13 +170,7 @@ struct Loader::Resident {
                                TensorOptions{}.with_dtype(DType::Int64).with_device(device));
     if (nbytes == 0) return out;
     uploaded->synchronize();
-    if (nbytes > staging_bytes) {
-      cuda::free_pinned(staging);
-      staging = nullptr;
-      staging_bytes = 0;
-      staging = cuda::allocate_pinned(nbytes);
-      staging_bytes = nbytes;
-    }
+    DeviceStage::reserve(staging, staging_bytes, nbytes);
     std::memcpy(staging, values.data(), nbytes);
     cuda::DeviceGuard guard(device.index);
     cudaStream_t stream = cuda::current_stream(device.index);
