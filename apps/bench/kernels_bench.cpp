@@ -70,7 +70,7 @@ int run_kernels_bench(const Options& o) {
   Generator gen(1234);
 
   // Activations [rows, C] and their gradients; LayerNorm parameters in the activation dtype.
-  Tensor x = randn({rows, c}, gen, opts), gy = randn({rows, c}, gen, opts);
+  Tensor x = randn({rows, c}, gen, opts), gy = randn({rows, c}, gen, opts), g1 = randn({rows, c}, gen, opts);
   Tensor w = randn({c}, gen, opts), b = randn({c}, gen, opts);
   Tensor y = Tensor::empty({rows, c}, opts), gx = Tensor::empty({rows, c}, opts);
   Tensor gw = Tensor::empty({c}, opts), gb = Tensor::empty({c}, opts);
@@ -94,6 +94,10 @@ int run_kernels_bench(const Options& o) {
                    [&] { DPT_KERNEL_DISPATCH(device, layer_norm_forward, x, w, b, y, mean, rstd, rows, c, 1e-5); }});
   cases.push_back({"layer_norm backward", rc, 3 * nrows * nc * elt + 8 * nrows, [&] {
                      DPT_KERNEL_DISPATCH(device, layer_norm_backward, gy, x, w, mean, rstd, gx, gw, gb, rows, c, Tensor());
+                   }});
+  // The transformer block's form: the skip connection's gradient added into dx before rounding.
+  cases.push_back({"layer_norm backward + skip grad", rc, 4 * nrows * nc * elt + 8 * nrows, [&] {
+                     DPT_KERNEL_DISPATCH(device, layer_norm_backward, gy, x, w, mean, rstd, gx, gw, gb, rows, c, g1);
                    }});
   // split(qkv)'s backward: three [B, T, C] gradients concatenated along the last dim.
   cases.push_back({"concat q/k/v grads (split backward)", dims(rows, c, "3 x "), 6 * nrows * nc * elt, [&] {
