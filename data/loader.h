@@ -4,7 +4,8 @@
 // A dataset of tensors in memory (TensorDataset) that fits `resident_bytes` is copied to a CUDA device
 // once and stays there: each batch is its rows gathered on the device, by the epoch's visiting order
 // (uploaded once an epoch from page-locked memory, the host not waiting), on the consumer's stream. No
-// host work or transfer per step; the same bytes as the host path. Any other dataset goes through the background thread below.
+// host work or transfer per step; the same bytes as the host path. Any other dataset goes through the
+// background thread below.
 //
 // A background thread walks the sampler's indices epoch after epoch, gathers batches from the
 // dataset and keeps up to `prefetch` of them ready. For a CUDA device each prepared batch is copied
