@@ -19,6 +19,16 @@
 namespace dpt::data {
 namespace {
 
+// n examples of `features` copies of `fill`, example i labelled first_label + i (int64): the label says
+// which row a batch holds.
+std::shared_ptr<TensorDataset> labelled(int64_t n, int64_t features, float fill, int64_t first_label) {
+  std::vector<int64_t> y(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = first_label + i;
+  const std::vector<float> x(static_cast<size_t>(n * features), fill);
+  return std::make_shared<TensorDataset>(from_vector(x, {n, features}),
+                                         from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int64)));
+}
+
 // Both device paths: the dataset kept on the device (the default for a small TensorDataset) and the
 // batches staged through page-locked memory by the background thread (resident_bytes 0).
 TEST(LoaderOnGpu, DeliversTheSameBatchesAsTheHostPathOnTheDevice) {
@@ -57,10 +67,7 @@ TEST(LoaderOnGpu, DeliversTheSameBatchesAsTheHostPathOnTheDevice) {
 TEST(LoaderOnGpu, AResidentDatasetKeepsTheFinalPartialBatchAndMovesToTheNextEpoch) {
   if (!dpt::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t n = 21;
-  std::vector<int64_t> y(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = 1000 + i;
-  auto ds = std::make_shared<TensorDataset>(from_vector(std::vector<float>(static_cast<size_t>(n) * 5, 1.5f), {n, 5}),
-                                            from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int64)));
+  auto ds = labelled(n, 5, 1.5f, 1000);
   Loader loader(ds, std::make_shared<RandomSampler>(n, 4),
                 {.batch_size = 4, .drop_last = false, .device = Device::cuda(0)});
   ASSERT_EQ(loader.batches_per_epoch(), 6);
@@ -95,10 +102,7 @@ struct StreamGate {
 TEST(LoaderOnGpu, AResidentDatasetStartsAnEpochWithoutWaitingForTheDevice) {
   if (!dpt::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
   const int64_t n = 16;
-  std::vector<int64_t> y(static_cast<size_t>(n));
-  for (int64_t i = 0; i < n; ++i) y[static_cast<size_t>(i)] = 100 + i;
-  auto ds = std::make_shared<TensorDataset>(from_vector(std::vector<float>(static_cast<size_t>(n) * 3, 0.5f), {n, 3}),
-                                            from_vector(y, {n}, TensorOptions{}.with_dtype(DType::Int64)));
+  auto ds = labelled(n, 3, 0.5f, 100);
   Loader loader(ds, std::make_shared<RandomSampler>(n, 5), {.batch_size = 8, .device = Device::cuda(0)});
   ASSERT_EQ(loader.batches_per_epoch(), 2);
   loader.next();
