@@ -172,6 +172,27 @@ __device__ __forceinline__ void layer_norm_backward_row(const T* __restrict__ gy
   }
 }
 
+// The last step of both backward kernels, in warp 0: the block's sums of each lane's columns (sum_w(i) and
+// sum_b(i) for its i-th, i = k * V + q) written as partial row blockIdx.x of gw and gb.
+template <int K, int V, class S, class SumW, class SumB>
+__device__ __forceinline__ void write_partial_row(S* __restrict__ partial_gw, S* __restrict__ partial_gb, int n,
+                                                  SumW&& sum_w, SumB&& sum_b) {
+  const int lane = threadIdx.x & 31;
+  S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
+  S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j < n / V) {
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        pgw[j * V + q] = sum_w(k * V + q);
+        pgb[j * V + q] = sum_b(k * V + q);
+      }
+    }
+  }
+}
+
 // ga (the skip connection's gradient, added to gx) is read only when Add.
 template <class T, class W, class S, int K, bool Add>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -183,7 +204,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   using C = S;
   extern __shared__ unsigned char ln_smem[];  // ln_backward_smem_bytes<S, K, V>(): the reduction below
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nvec = n / V;
   C acc_w[K][V], acc_b[K][V];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -233,19 +253,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     __syncthreads();  // the next round's writers reuse these slots
   }
   if (warp == 0) {
-    S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
-    S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int j = lane + 32 * k;
-      if (j < nvec) {
-#pragma unroll
-        for (int q = 0; q < V; ++q) {
-          pgw[j * V + q] = acc_w[k][q];
-          pgb[j * V + q] = acc_b[k][q];
-        }
-      }
-    }
+    write_partial_row<K, V>(
+        partial_gw, partial_gb, n, [&](int i) { return acc_w[i / V][i % V]; },
+        [&](int i) { return acc_b[i / V][i % V]; });
   }
 }
 
@@ -285,7 +295,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, ln_backward_shared_blocks
   using C = S;
   extern __shared__ unsigned char ln_smem[];  // ln_backward_shared_smem_bytes<S, K, V>(): every warp's two sums
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nvec = n / V;
   S* acc_w = reinterpret_cast<S*>(ln_smem) + warp * 2 * kSlot + lane;
   S* acc_b = acc_w + kSlot;
 #pragma unroll
@@ -313,19 +322,8 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32, ln_backward_shared_blocks
     }
   }
   if (warp == 0) {
-    S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
-    S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int j = lane + 32 * k;
-      if (j < nvec) {
-#pragma unroll
-        for (int q = 0; q < V; ++q) {
-          pgw[j * V + q] = acc_w[(k * V + q) * 32];
-          pgb[j * V + q] = acc_b[(k * V + q) * 32];
-        }
-      }
-    }
+    write_partial_row<K, V>(
+        partial_gw, partial_gb, n, [&](int i) { return acc_w[i * 32]; }, [&](int i) { return acc_b[i * 32]; });
   }
 }
 
