@@ -7,9 +7,10 @@
 // warp-shuffle sums with no shared memory and no __syncthreads.
 //
 // Backward fast path: block b's warps walk rows b * W + warp, stepping by gridDim.x * W. Each lane owns
-// the same columns in every row, so it accumulates gy * xhat and gy for them in registers; the block's
-// warps then add their sums into shared memory in warp order and the block writes one partial row of
-// gw/gb. The grid size depends only on the row count, so the order of every addition is fixed.
+// the same columns in every row, so it accumulates gy * xhat and gy for them: in registers for rows of up
+// to 768 bf16 features, in its own words of shared memory for wider ones (shared_sums_for). The block's
+// warps then add their sums in a fixed tree and the block writes one partial row of gw/gb. The grid size
+// depends only on the row count and width, so the order of every addition is fixed.
 //
 // Fallback (any n, any weight dtype): one block per row in forward; in backward block b owns
 // kRowsPerChunk consecutive rows and accumulates into its own partial row (thread t owns columns
@@ -27,10 +28,18 @@ namespace dpt::cuda_kernels {
 namespace {
 
 constexpr int kRowsPerChunk = 32;
-constexpr int kWarpsPerBlock = 8;       // rows in flight per block on the fast path
-constexpr int kMaxVecsPerLane = 8;      // fast path: n <= 32 * 8 * V
-constexpr int64_t kBwdRowsPerWarp = 4;  // backward fast path: rows each warp walks (before the cap)
+constexpr int kWarpsPerBlock = 8;   // rows in flight per block on the fast path
+constexpr int kMaxVecsPerLane = 8;  // fast path: n <= 32 * 8 * V
+// Backward fast path: the rows each warp walks, and the cap on blocks (partial rows of gw/gb), with the
+// column sums in registers (kBwd...) and in shared memory (kShared...).
+constexpr int64_t kBwdRowsPerWarp = 4;
 constexpr int64_t kBwdMaxBlocks = 1024;
+constexpr int64_t kSharedRowsPerWarp = 2;
+constexpr int64_t kSharedMaxBlocks = 512;
+
+// Backward's fast path keeps a lane's column sums in shared memory once they would be 32 floats or more
+// (1,024 bf16 features and up): beside the row, in registers, they left an SM one block of 8 warps.
+constexpr bool shared_sums_for(int vectors_per_lane, int vector_width) { return vectors_per_lane * vector_width >= 32; }
 
 // Statistics dtype of the op (core/ops_norm.cpp): float64 rows keep float64 statistics, others float32.
 template <class T>
@@ -102,6 +111,88 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   }
 }
 
+// One row of the backward fast path: writes the row's gx and hands sum(i, gy, xhat) each of the lane's
+// columns (i = k * V + q, its index among the lane's K * V columns).
+template <class T, class W, class S, int K, bool Add, class Sum>
+__device__ __forceinline__ void layer_norm_backward_row(const T* __restrict__ gy, const T* __restrict__ x,
+                                                        const W* __restrict__ w, const S* __restrict__ mean,
+                                                        const S* __restrict__ rstd, T* __restrict__ gx,
+                                                        const T* __restrict__ ga, int64_t row, int n, Sum&& sum) {
+  constexpr int V = vec_width<T>();
+  using C = S;
+  const int lane = threadIdx.x & 31;
+  const int nvec = n / V;
+  const auto* wv = reinterpret_cast<const Vec<W, V>*>(w);
+  const auto* xv = reinterpret_cast<const Vec<T, V>*>(x + row * n);
+  const auto* gv = reinterpret_cast<const Vec<T, V>*>(gy + row * n);
+  const C mu = mean[row], rs = rstd[row];
+  C xhat[K][V], dy[K][V];
+  C sum_g = 0, sum_gx = 0;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j < nvec) {
+      const Vec<T, V> xt = xv[j], gt = gv[j];
+      const Vec<W, V> wt = wv[j];
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        xhat[k][q] = (convert<C>(xt.v[q]) - mu) * rs;
+        dy[k][q] = convert<C>(gt.v[q]);
+        const C g = dy[k][q] * convert<C>(wt.v[q]);
+        sum_g += g;
+        sum_gx += g * xhat[k][q];
+      }
+    } else {
+#pragma unroll
+      for (int q = 0; q < V; ++q) xhat[k][q] = dy[k][q] = 0;
+    }
+  }
+  const C mean_g = warp_sum(sum_g) / static_cast<C>(n);
+  const C mean_gx = warp_sum(sum_gx) / static_cast<C>(n);
+  auto* gxv = reinterpret_cast<Vec<T, V>*>(gx + row * n);
+  const Vec<T, V>* gav = nullptr;
+  if constexpr (Add) gav = reinterpret_cast<const Vec<T, V>*>(ga + row * n);
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j < nvec) {
+      const Vec<W, V> wt = wv[j];  // re-read from L1 rather than held in registers across the shuffles
+      Vec<T, V> add;
+      if constexpr (Add) add = gav[j];
+      Vec<T, V> out;
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        C v = rs * (dy[k][q] * convert<C>(wt.v[q]) - mean_g - xhat[k][q] * mean_gx);
+        if constexpr (Add) v += convert<C>(add.v[q]);
+        out.v[q] = convert<T>(v);
+        sum(k * V + q, dy[k][q], xhat[k][q]);
+      }
+      gxv[j] = out;
+    }
+  }
+}
+
+// The last step of both backward kernels, in warp 0: the block's sums of each lane's columns (sum_w(i) and
+// sum_b(i) for its i-th, i = k * V + q) written as partial row blockIdx.x of gw and gb.
+template <int K, int V, class S, class SumW, class SumB>
+__device__ __forceinline__ void write_partial_row(S* __restrict__ partial_gw, S* __restrict__ partial_gb, int n,
+                                                  SumW&& sum_w, SumB&& sum_b) {
+  const int lane = threadIdx.x & 31;
+  S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
+  S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int j = lane + 32 * k;
+    if (j < n / V) {
+#pragma unroll
+      for (int q = 0; q < V; ++q) {
+        pgw[j * V + q] = sum_w(k * V + q);
+        pgb[j * V + q] = sum_b(k * V + q);
+      }
+    }
+  }
+}
+
 // ga (the skip connection's gradient, added to gx) is read only when Add.
 template <class T, class W, class S, int K, bool Add>
 __global__ void __launch_bounds__(kWarpsPerBlock * 32)
@@ -113,8 +204,6 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   using C = S;
   extern __shared__ unsigned char ln_smem[];  // ln_backward_smem_bytes<S, K, V>(): the reduction below
   const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-  const int nvec = n / V;
-  const auto* wv = reinterpret_cast<const Vec<W, V>*>(w);
   C acc_w[K][V], acc_b[K][V];
 #pragma unroll
   for (int k = 0; k < K; ++k) {
@@ -124,54 +213,10 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
   const int64_t step = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
   // Warps without rows fall through with zero sums: every warp must reach the __syncthreads below.
   for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < rows; row += step) {
-    const auto* xv = reinterpret_cast<const Vec<T, V>*>(x + row * n);
-    const auto* gv = reinterpret_cast<const Vec<T, V>*>(gy + row * n);
-    const C mu = mean[row], rs = rstd[row];
-    C xhat[K][V], dy[K][V];
-    C sum_g = 0, sum_gx = 0;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int j = lane + 32 * k;
-      if (j < nvec) {
-        const Vec<T, V> xt = xv[j], gt = gv[j];
-        const Vec<W, V> wt = wv[j];
-#pragma unroll
-        for (int q = 0; q < V; ++q) {
-          xhat[k][q] = (convert<C>(xt.v[q]) - mu) * rs;
-          dy[k][q] = convert<C>(gt.v[q]);
-          const C g = dy[k][q] * convert<C>(wt.v[q]);
-          sum_g += g;
-          sum_gx += g * xhat[k][q];
-        }
-      } else {
-#pragma unroll
-        for (int q = 0; q < V; ++q) xhat[k][q] = dy[k][q] = 0;
-      }
-    }
-    const C mean_g = warp_sum(sum_g) / static_cast<C>(n);
-    const C mean_gx = warp_sum(sum_gx) / static_cast<C>(n);
-    auto* gxv = reinterpret_cast<Vec<T, V>*>(gx + row * n);
-    const Vec<T, V>* gav = nullptr;
-    if constexpr (Add) gav = reinterpret_cast<const Vec<T, V>*>(ga + row * n);
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int j = lane + 32 * k;
-      if (j < nvec) {
-        const Vec<W, V> wt = wv[j];  // re-read from L1 rather than held in registers across the shuffles
-        Vec<T, V> add;
-        if constexpr (Add) add = gav[j];
-        Vec<T, V> out;
-#pragma unroll
-        for (int q = 0; q < V; ++q) {
-          C v = rs * (dy[k][q] * convert<C>(wt.v[q]) - mean_g - xhat[k][q] * mean_gx);
-          if constexpr (Add) v += convert<C>(add.v[q]);
-          out.v[q] = convert<T>(v);
-          acc_w[k][q] += dy[k][q] * xhat[k][q];
-          acc_b[k][q] += dy[k][q];
-        }
-        gxv[j] = out;
-      }
-    }
+    layer_norm_backward_row<T, W, S, K, Add>(gy, x, w, mean, rstd, gx, ga, row, n, [&](int i, C dy, C xhat) {
+      acc_w[i / V][i % V] += dy * xhat;
+      acc_b[i / V][i % V] += dy;
+    });
   }
   // The block's column sums: a fixed pairwise tree over its warps (warp w adds warp w + half, for half =
   // 4, 2, 1), so the order of the additions, and the bits of the result, never change. Warp w's values
@@ -208,19 +253,9 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
     __syncthreads();  // the next round's writers reuse these slots
   }
   if (warp == 0) {
-    S* pgw = partial_gw + static_cast<int64_t>(blockIdx.x) * n;
-    S* pgb = partial_gb + static_cast<int64_t>(blockIdx.x) * n;
-#pragma unroll
-    for (int k = 0; k < K; ++k) {
-      const int j = lane + 32 * k;
-      if (j < nvec) {
-#pragma unroll
-        for (int q = 0; q < V; ++q) {
-          pgw[j * V + q] = acc_w[k][q];
-          pgb[j * V + q] = acc_b[k][q];
-        }
-      }
-    }
+    write_partial_row<K, V>(
+        partial_gw, partial_gb, n, [&](int i) { return acc_w[i / V][i % V]; },
+        [&](int i) { return acc_b[i / V][i % V]; });
   }
 }
 
@@ -229,6 +264,67 @@ __global__ void __launch_bounds__(kWarpsPerBlock * 32)
 template <class S, int K, int V>
 constexpr size_t ln_backward_smem_bytes() {
   return static_cast<size_t>(kWarpsPerBlock / 2) * 2 * K * V * 32 * sizeof(S);
+}
+
+// Dynamic shared memory of layer_norm_backward_shared_kernel: two sums of K V values per lane for each of
+// the block's warps (48 KiB at GPT-2's 768 bf16 features, 96 KiB at 1,536, 128 KiB at the widest, 2048).
+template <class S, int K, int V>
+constexpr size_t ln_backward_shared_smem_bytes() {
+  return static_cast<size_t>(kWarpsPerBlock) * 2 * K * V * 32 * sizeof(S);
+}
+
+// Two blocks an SM where their shared memory fits two (at most 113 KiB each), so the registers are capped
+// at 128 a thread; one otherwise, and the row keeps its registers.
+template <class S, int K, int V>
+constexpr int ln_backward_shared_blocks_per_sm() {
+  return ln_backward_shared_smem_bytes<S, K, V>() <= 113 * 1024 ? 2 : 1;
+}
+
+// ga (the skip connection's gradient, added to gx) is read only when Add. Each warp's column sums of
+// gy * xhat and gy live in its slice of shared memory, [sum][k][q][lane]: a lane only ever touches its
+// own words (no bank conflicts, no synchronisation while rows are walked), and the registers hold just
+// the row, so an SM holds two blocks of 8 warps up to 1,536 features (with the sums in registers, one).
+template <class T, class W, class S, int K, bool Add>
+__global__ void __launch_bounds__(kWarpsPerBlock * 32, ln_backward_shared_blocks_per_sm<S, K, vec_width<T>()>())
+    layer_norm_backward_shared_kernel(const T* __restrict__ gy, const T* __restrict__ x, const W* __restrict__ w,
+                                      const S* __restrict__ mean, const S* __restrict__ rstd, T* __restrict__ gx,
+                                      const T* __restrict__ ga, S* __restrict__ partial_gw, S* __restrict__ partial_gb,
+                                      int64_t rows, int n) {
+  constexpr int V = vec_width<T>();
+  constexpr int kSlot = K * V * 32;  // one sum of one warp
+  using C = S;
+  extern __shared__ unsigned char ln_smem[];  // ln_backward_shared_smem_bytes<S, K, V>(): every warp's two sums
+  const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+  S* acc_w = reinterpret_cast<S*>(ln_smem) + warp * 2 * kSlot + lane;
+  S* acc_b = acc_w + kSlot;
+#pragma unroll
+  for (int i = 0; i < K * V; ++i) acc_w[i * 32] = acc_b[i * 32] = 0;
+  const int64_t step = static_cast<int64_t>(gridDim.x) * kWarpsPerBlock;
+  // Warps without rows fall through with zero sums: every warp must reach the __syncthreads below.
+  for (int64_t row = static_cast<int64_t>(blockIdx.x) * kWarpsPerBlock + warp; row < rows; row += step) {
+    layer_norm_backward_row<T, W, S, K, Add>(gy, x, w, mean, rstd, gx, ga, row, n, [&](int i, C dy, C xhat) {
+      acc_w[i * 32] += dy * xhat;
+      acc_b[i * 32] += dy;
+    });
+  }
+  // The block's column sums: a fixed pairwise tree over its warps (warp w adds warp w + half's slice, for
+  // half = 4, 2, 1), so the order of the additions, and the bits of the result, never change.
+#pragma unroll
+  for (int half = kWarpsPerBlock / 2; half >= 1; half /= 2) {
+    __syncthreads();
+    if (warp < half) {
+      const S* src_w = acc_w + half * 2 * kSlot;
+#pragma unroll
+      for (int i = 0; i < K * V; ++i) {
+        acc_w[i * 32] += src_w[i * 32];
+        acc_b[i * 32] += src_w[kSlot + i * 32];
+      }
+    }
+  }
+  if (warp == 0) {
+    write_partial_row<K, V>(
+        partial_gw, partial_gb, n, [&](int i) { return acc_w[i * 32]; }, [&](int i) { return acc_b[i * 32]; });
+  }
 }
 
 // ---- fallback: one block per row (forward), kRowsPerChunk rows per block (backward) ---------------
@@ -379,6 +475,17 @@ constexpr bool kWarpRowWeights = std::is_same_v<T, W> || std::is_same_v<W, float
 
 int64_t ceil_div(int64_t a, int64_t b) { return (a + b - 1) / b; }
 
+// Partial rows of gw/gb that backward writes: one per block on the fast path (k vectors a lane; the grid
+// depends only on the row count and width, so the order of every addition is fixed), one per
+// kRowsPerChunk rows on the fallback (k == 0).
+int64_t backward_chunks(int64_t rows, int k, int vector_width) {
+  if (k == 0) return ceil_div(rows, kRowsPerChunk);
+  if (shared_sums_for(k, vector_width)) {
+    return std::min(ceil_div(rows, kWarpsPerBlock * kSharedRowsPerWarp), kSharedMaxBlocks);
+  }
+  return std::min(ceil_div(rows, kWarpsPerBlock * kBwdRowsPerWarp), kBwdMaxBlocks);
+}
+
 }  // namespace
 
 void layer_norm_forward(const Tensor& x, const Tensor& weight, const Tensor& bias, const Tensor& y, const Tensor& mean,
@@ -432,10 +539,7 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
         k = std::min(warp_row_vectors<T, W>(n, x.data_ptr(), grad_x.data_ptr(), weight.data_ptr(), nullptr),
                      aligned16(grad_y.data_ptr()) && (!add || aligned16(grad_add.data_ptr())) ? 8 : 0);
       }
-      // Partial rows: one per block on the fast path (the grid depends on `rows` only), one per chunk
-      // of kRowsPerChunk rows otherwise.
-      const int64_t chunks = k > 0 ? std::min(ceil_div(rows, kWarpsPerBlock * kBwdRowsPerWarp), kBwdMaxBlocks)
-                                   : ceil_div(rows, kRowsPerChunk);
+      const int64_t chunks = backward_chunks(rows, k, vec_width<T>());
       DeviceBuffer partial(static_cast<size_t>(2 * chunks * n) * sizeof(S), device);
       S* pgw = partial.as<S>();
       S* pgb = pgw + chunks * n;
@@ -443,16 +547,25 @@ void layer_norm_backward(const Tensor& grad_y, const Tensor& x, const Tensor& we
         if (k > 0) {
           with_vectors(k, [&](auto kc) {
             constexpr int K = decltype(kc)::value;
-            auto* kernel = add ? layer_norm_backward_warp_kernel<T, W, S, K, true>
-                               : layer_norm_backward_warp_kernel<T, W, S, K, false>;
-            constexpr size_t smem = ln_backward_smem_bytes<S, K, vec_width<T>()>();
-            if constexpr (smem > 48 * 1024) {  // wide rows: past the default dynamic shared memory limit
-              DPT_CUDA_CHECK(
-                  cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+            constexpr int V = vec_width<T>();
+            auto launch = [&](auto* kernel, size_t smem) {
+              if (smem > 48 * 1024) {  // wide rows: past the default dynamic shared memory limit
+                DPT_CUDA_CHECK(
+                    cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, static_cast<int>(smem)));
+              }
+              kernel<<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32, smem, stream>>>(
+                  grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(),
+                  add ? grad_add.data<T>() : nullptr, pgw, pgb, rows, static_cast<int>(n));
+            };
+            if constexpr (shared_sums_for(K, V)) {
+              launch(add ? layer_norm_backward_shared_kernel<T, W, S, K, true>
+                         : layer_norm_backward_shared_kernel<T, W, S, K, false>,
+                     ln_backward_shared_smem_bytes<S, K, V>());
+            } else {
+              launch(add ? layer_norm_backward_warp_kernel<T, W, S, K, true>
+                         : layer_norm_backward_warp_kernel<T, W, S, K, false>,
+                     ln_backward_smem_bytes<S, K, V>());
             }
-            kernel<<<static_cast<unsigned>(chunks), kWarpsPerBlock * 32, smem, stream>>>(
-                grad_y.data<T>(), x.data<T>(), weight.data<W>(), mean.data<S>(), rstd.data<S>(), grad_x.data<T>(),
-                add ? grad_add.data<T>() : nullptr, pgw, pgb, rows, static_cast<int>(n));
           });
         }
       }
