@@ -241,7 +241,7 @@ usage_error() {
 [[ "$deadline" =~ ^[0-9]+$ ]] || usage_error "DPT_CONV_DEADLINE_S must be a whole number of seconds, not '$deadline'"
 [[ "$jobs" =~ ^[1-9][0-9]*$ ]] || usage_error "DPT_CONV_JOBS must be a positive whole number, not '$jobs'"
 for w in "${workloads[@]}"; do
-  [[ "$w" =~ ^(tiny_gpt|mlp_92m|gpt2_124m)$ ]] || usage_error "unknown workload '$w' in DPT_CONV_WORKLOADS (tiny_gpt mlp_92m gpt2_124m)"
+  [[ -f "$root/configs/bench_$w.yaml" ]] || usage_error "unknown workload '$w' in DPT_CONV_WORKLOADS (no configs/bench_$w.yaml)"
 done
 for p in "${precisions[@]}"; do
   [[ "$p" =~ ^(fp32|bf16)$ ]] || usage_error "unknown precision '$p' in DPT_CONV_PRECISIONS (fp32 bf16)"

@@ -15,6 +15,9 @@
 #include "bench_util.h"
 #include "command_line.h"
 #include "core/cuda_runtime.h"
+#ifdef DPT_HAVE_CUDA
+#include "core/cuda/gemm_lt.h"
+#endif
 #include "core/error.h"
 #include "core/factory.h"
 #include "core/kernel_dispatch.h"
@@ -145,6 +148,21 @@ int run_kernels_bench(const Options& o) {
                        kernels::cross_entropy_with_grad(logits, targets, -100, ce_scale, losses, lse, logits);
                      }});
   }
+
+#ifdef DPT_HAVE_CUDA
+  // The MLP's GELU backward with its bias gradient (bf16 only): reads the output gradient and the saved
+  // pre-activation, writes the pre-activation gradient; the bias's column sums ride along.
+  Tensor saved4, gpre4;
+  if (gpu && o.dtype == DType::BFloat16) {
+    saved4 = randn({rows, 4 * c}, gen, opts);
+    gpre4 = Tensor::empty({rows, 4 * c}, opts);
+    cases.push_back({"gelu backward + bias grad 4C", rc4, 3 * nrows * 4 * nc * elt, [&] {
+                       DPT_CHECK(cuda_kernels::activation_backward_bias(g4, saved4, gpre4, gb4,
+                                                                        cuda_kernels::LtActivation::Gelu),
+                                 "dpt-bench kernels: the fused GELU backward declined its operands");
+                     }});
+  }
+#endif
 
   // AdamW with bf16 compute twins over the MLP workload's parameter shapes (92.2M): per parameter it
   // reads and writes the float32 master, exp_avg and exp_avg_sq (24 B), reads the bf16 gradient (2 B)
