@@ -41,6 +41,7 @@
 #   DPT_CONV_EXCLUDE="gpt2_124m:fp32:*:random" scripts/gpu-convergence.sh  # without GPT-2's slowest rows
 #
 # DPT_CONV_WORKLOADS  tiny_gpt mlp_92m gpt2_124m     DPT_CONV_STEPS    100
+#                     (any NAME with a configs/bench_NAME.yaml: a shape of your own is one YAML file)
 # DPT_CONV_PRECISIONS fp32 bf16                      DPT_CONV_GPUS     1 2
 # DPT_CONV_BATCHES    repeat random (one batch for every step, or a fresh one each step)
 # DPT_CONV_EXCLUDE    workload:precision:gpus:batches patterns left out (default none; GPT-2 fp32 with random
