@@ -210,6 +210,17 @@ TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
   EXPECT_NE(unknown.output.find("unknown floor 'order:x' for mlp_92m bf16"), std::string::npos) << unknown.output;
 }
 
+// A workload is any configs/bench_NAME.yaml; a name without one is refused before anything runs.
+TEST(GpuConvergenceSettings, AWorkloadIsABenchConfig) {
+  const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
+  RunResult r = run_shell("DPT_CONV_WORKLOADS='tiny_gpt resnet' " + script);
+  EXPECT_EQ(r.exit_code, 2) << r.output;
+  EXPECT_NE(r.output.find("unknown workload 'resnet' in DPT_CONV_WORKLOADS (no configs/bench_resnet.yaml)"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("tiny_gpt'"), std::string::npos) << r.output;
+}
+
 TEST(GpuConvergenceTable, ANullLossFromDptBenchIsInfinitelyFarNotACrash) {
   if (run_shell("command -v python3").exit_code != 0) GTEST_SKIP() << "python3 is not installed";
   ScratchDir dir("convergence_null");
