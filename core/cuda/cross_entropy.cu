@@ -65,9 +65,15 @@ __device__ __forceinline__ void ce_online_add(C& m, C& r, C x) {
   }
 }
 
-// Merges another thread's (m2, r2) into (m, r): the smaller max's 1 joins the rest with its own r.
+// Merges another thread's (m2, r2) into (m, r): the smaller max's 1 joins the rest with its own r. Both
+// threads of a shuffle pair must end with the same bits, so the arithmetic is the same whichever side
+// holds the larger max, and a tie adds the two rests first (a + b is b + a).
 template <class C>
 __device__ __forceinline__ void ce_online_merge(C& m, C& r, C m2, C r2) {
+  if (m2 == m) {
+    if (m != neg_inf<C>()) r = (r + r2) + C(1);  // two maxima: one is the max, the other's 1 joins the rest
+    return;
+  }
   if (m2 > m) {
     const C m1 = m, r1 = r;
     m = m2;
