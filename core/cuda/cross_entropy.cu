@@ -91,22 +91,6 @@ struct RowStats {
   C max, log_sum;  // log_sum = log1p(rest): the row's logsumexp is max + log_sum
 };
 
-template <class C>
-__device__ __forceinline__ C ce_log1p(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return log1pf(x);
-  else
-    return log1p(x);
-}
-
-template <class C>
-__device__ __forceinline__ C ce_expm1(C x) {
-  if constexpr (std::is_same_v<C, float>)
-    return expm1f(x);
-  else
-    return expm1(x);
-}
-
 // The row's statistics, known to every thread of it (a warp, or the whole block when !WarpRow).
 template <bool WarpRow, int V, class T, class C>
 __device__ __forceinline__ RowStats<C> row_stats(const T* x, int64_t classes, int tid, int nthreads, C* scratch_m,
@@ -114,7 +98,7 @@ __device__ __forceinline__ RowStats<C> row_stats(const T* x, int64_t classes, in
   C m = neg_inf<C>(), r = 0;
   row_visit<V>(x, classes, tid, nthreads, [&](int64_t, T v) { ce_online_add(m, r, convert<C>(v)); });
   row_online<WarpRow>(m, r, scratch_m, scratch_s, [](C& a, C& b, C a2, C b2) { ce_online_merge(a, b, a2, b2); });
-  return {m, ce_log1p(r)};
+  return {m, log1p(r)};
 }
 
 // gx = scale (softmax(x) - onehot(t)) over a block's row: scale e^((x - m) - log_sum) everywhere (x - m is
@@ -130,7 +114,7 @@ __device__ __forceinline__ void row_softmax_grad(const T* x, T* gx, int64_t clas
   });
   __syncthreads();
   if (threadIdx.x == 0 && t >= 0 && t < classes)
-    gx[t] = convert<T>(scale * ce_expm1((target_logit - st.max) - st.log_sum));
+    gx[t] = convert<T>(scale * expm1((target_logit - st.max) - st.log_sum));
 }
 
 template <class T>
