@@ -10,6 +10,7 @@
 // does both passes in one kernel. The exponentials run on the SFU (ce_exp): at GPT-2's vocabulary these
 // kernels are bound by instruction issue as much as by memory.
 #include <algorithm>
+#include <limits>
 #include <tuple>
 
 #include "core/cuda/cuda_kernels.h"
@@ -52,8 +53,9 @@ __device__ __forceinline__ C ce_exp_minus(C d, C c) {
 }
 
 // Adds x to a thread's running (max m, rest r): the old max's 1 joins r when x takes its place, so r
-// never holds a 1 that would round away the terms far below the max. The first element finds m = -inf,
-// e^-inf = 0 and r = 0.
+// never holds a 1 that would round away the terms far below the max. A thread starts from the lowest
+// finite m and r = 0: its first element finds e^-inf = 0, and a logit of -inf (a masked class) adds
+// e^-inf = 0 where a start from m = -inf would add e^(-inf + inf) = NaN.
 template <class C>
 __device__ __forceinline__ void ce_online_add(C& m, C& r, C x) {
   if (x > m) {
@@ -95,7 +97,7 @@ struct RowStats {
 template <bool WarpRow, int V, class T, class C>
 __device__ __forceinline__ RowStats<C> row_stats(const T* x, int64_t classes, int tid, int nthreads, C* scratch_m,
                                                  C* scratch_s) {
-  C m = neg_inf<C>(), r = 0;
+  C m = -std::numeric_limits<C>::max(), r = 0;
   row_visit<V>(x, classes, tid, nthreads, [&](int64_t, T v) { ce_online_add(m, r, convert<C>(v)); });
   row_online<WarpRow>(m, r, scratch_m, scratch_s, [](C& a, C& b, C a2, C b2) { ce_online_merge(a, b, a2, b2); });
   return {m, log1p(r)};

@@ -4,7 +4,8 @@
 // r here), and a sum that starts from the max's 1 rounds the small terms away. The kernels keep r apart
 // from the max's 1 and take the loss as (max - x_t) + log1p(r) and the target's softmax - 1 through
 // expm1 (core/kernel_decls.inc). Checked against float64 arithmetic on the same float32 logits, on the CPU
-// and on CUDA, through the two-pass and the fused (handed-over logits) paths.
+// and on CUDA, through the two-pass and the fused (handed-over logits) paths; so are rows with classes
+// masked to -inf, which must count as absent.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -105,7 +106,43 @@ void expect_close_to_reference(const Device& device) {
   }
 }
 
+// Ordinary logits with every seventh class but the target at -inf: the loss and gradient of the row
+// without those classes, and a gradient of exactly 0 for them.
+void expect_masked_classes_absent(const Device& device) {
+  for (int64_t classes : {int64_t{37}, int64_t{1000}, int64_t{50257}}) {
+    for (bool hand_over : {false, true}) {
+      SCOPED_TRACE(device.str() + ", " + std::to_string(classes) + " classes" + (hand_over ? ", fused" : ", two-pass"));
+      Generator gen(static_cast<uint64_t>(classes));
+      const std::vector<double> z = randn({classes}, gen, TensorOptions{}.with_dtype(DType::Float64)).to_vector<double>();
+      Row row{std::vector<float>(static_cast<size_t>(classes)), classes / 3};
+      for (int64_t j = 0; j < classes; ++j)
+        row.logits[j] = j % 7 == 0 && j != row.target ? -INFINITY : static_cast<float>(3 * z[j]);
+      double m = -INFINITY, sum = 0;
+      for (float v : row.logits) m = std::max(m, static_cast<double>(v));
+      for (float v : row.logits) sum += std::exp(v - m);
+      const double loss = m + std::log(sum) - row.logits[row.target];
+      const Result got = run(row, device, hand_over);
+      EXPECT_NEAR(got.loss, loss, 1e-5 * loss);
+      for (int64_t j = 0; j < classes; ++j) {
+        const double want = std::exp(row.logits[j] - m) / sum - (j == row.target ? 1.0 : 0.0);
+        if (row.logits[j] == -INFINITY) {
+          ASSERT_EQ(got.grad[j], 0.0) << "class " << j;
+        } else {
+          ASSERT_NEAR(got.grad[j], want, 1e-5 * std::abs(want) + 1e-12) << "class " << j;
+        }
+      }
+    }
+  }
+}
+
 TEST(CrossEntropyPrecision, ConfidentRowsKeepTheirDigitsOnTheCpu) { expect_close_to_reference(Device::cpu()); }
+
+TEST(CrossEntropyPrecision, MaskedClassesAreAbsentOnTheCpu) { expect_masked_classes_absent(Device::cpu()); }
+
+TEST(CrossEntropyPrecision, MaskedClassesAreAbsentOnCuda) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  expect_masked_classes_absent(Device::cuda(0));
+}
 
 TEST(CrossEntropyPrecision, ConfidentRowsKeepTheirDigitsOnCuda) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
