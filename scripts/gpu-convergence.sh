@@ -16,6 +16,9 @@
 #                  backend (math in float32, memory-efficient in bf16); gpt2_124m's fp32 stand-in for cpu,
 #                  whose 100 CPU steps would take tens of minutes
 #   bf16  compile  the eager reference against torch.compile (other fused kernels, same arithmetic)
+#         epilogue every Linear in float32 from its bf16 operands, rounded once after the bias, activation and
+#                  residual, as dptrain's fused GEMM epilogues round (eager PyTorch rounds the product first);
+#                  not in the default set: it asks how much of a gap one rounding fewer explains
 #   any   order    every batch's examples reversed: the same sums in another order; order:N a random
 #                  permutation from seed N
 #   MLP   units:N  the input features and hidden units permuted from seed N: the same function, every
@@ -272,10 +275,11 @@ for p in "${precisions[@]}"; do
   for w in "${workloads[@]}"; do
     IFS=, read -r -a kinds <<<"$(floor_kind "$w" "$p")"
     for f in "${kinds[@]}"; do
-      [[ "$f" =~ ^(cpu|compile|kernels|order|order:[0-9]+|units:[0-9]+)$ ]] ||
-        usage_error "unknown floor '$f' for $w $p (cpu compile kernels order order:N units:N)"
+      [[ "$f" =~ ^(cpu|compile|kernels|epilogue|order|order:[0-9]+|units:[0-9]+)$ ]] ||
+        usage_error "unknown floor '$f' for $w $p (cpu compile kernels epilogue order order:N units:N)"
       [[ "$f" != units:* || "$w" == mlp_* ]] || usage_error "the units floor permutes an MLP's units, not $w's"
       [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
+      [[ "$p:$f" != fp32:epilogue ]] || usage_error "the epilogue floor moves where bf16 rounds; fp32 runs do not round ($w)"
     done
   done
 done

@@ -196,7 +196,7 @@ TEST(GpuConvergenceTable, ConsecutiveFloorSeedsAreShownAsARange) {
 }
 
 // Floor kinds are checked before anything runs: a units floor names an MLP's units, so a GPT is refused,
-// and a kind outside the list is named.
+// the epilogue floor moves bf16 roundings, so fp32 is refused, and a kind outside the list is named.
 TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
   const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
   RunResult gpt =
@@ -208,6 +208,12 @@ TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
       run_shell("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,order:x " + script);
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("unknown floor 'order:x' for mlp_92m bf16"), std::string::npos) << unknown.output;
+  RunResult fp32 =
+      run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,epilogue " + script);
+  EXPECT_EQ(fp32.exit_code, 2) << fp32.output;
+  EXPECT_NE(fp32.output.find("the epilogue floor moves where bf16 rounds; fp32 runs do not round (tiny_gpt)"),
+            std::string::npos)
+      << fp32.output;
 }
 
 // A workload is any configs/bench_NAME.yaml; a name without one is refused before anything runs.
