@@ -66,19 +66,19 @@ void gather_rows(const Tensor& src, const Tensor& indices, const Tensor& out) {
   DPT_KERNEL_DISPATCH(out.device(), gather_rows, src, indices, out);
 }
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                   const Tensor& stats) {
-  DPT_KERNEL_DISPATCH(losses.device(), cross_entropy, logits, targets, ignore_index, losses, stats);
+                   const Tensor& logsumexp) {
+  DPT_KERNEL_DISPATCH(losses.device(), cross_entropy, logits, targets, ignore_index, losses, logsumexp);
 }
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& logsumexp,
                             const Tensor& grad_scale, const Tensor& grad_logits) {
-  DPT_KERNEL_DISPATCH(grad_logits.device(), cross_entropy_backward, logits, targets, ignore_index, stats, grad_scale,
-                      grad_logits);
+  DPT_KERNEL_DISPATCH(grad_logits.device(), cross_entropy_backward, logits, targets, ignore_index, logsumexp,
+                      grad_scale, grad_logits);
 }
 void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                             const Tensor& grad_scale, const Tensor& losses, const Tensor& stats,
+                             const Tensor& grad_scale, const Tensor& losses, const Tensor& logsumexp,
                              const Tensor& grad_logits) {
   DPT_KERNEL_DISPATCH(grad_logits.device(), cross_entropy_with_grad, logits, targets, ignore_index, grad_scale, losses,
-                      stats, grad_logits);
+                      logsumexp, grad_logits);
 }
 void scale_unless_one(const Tensor& x, const Tensor& scale) {
   DPT_KERNEL_DISPATCH(x.device(), scale_unless_one, x, scale);

@@ -97,18 +97,18 @@ Tensor cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore
   Tensor x = detail::contiguous_data(logits.detach());
   Tensor t = detail::contiguous_data(targets.detach());
   Tensor losses = Tensor::empty({logits.size(0)}, stat_options(logits));
-  Tensor stats = Tensor::empty({logits.size(0), 2}, stat_options(logits));
-  kernels::cross_entropy(x, t, ignore_index, losses, stats);
-  Tensor denominator = mean_denominator(t, ignore_index, stats.dtype());
+  Tensor lse = Tensor::empty({logits.size(0)}, stat_options(logits));
+  kernels::cross_entropy(x, t, ignore_index, losses, lse);
+  Tensor denominator = mean_denominator(t, ignore_index, lse.dtype());
   Tensor loss = mean_loss(losses, denominator);
   record_op("CrossEntropyBackward", {logits}, {loss},
-            [x, t, ignore_index, stats, denominator](const std::vector<Tensor>& g) {
-              Tensor scale = div(g[0].to(stats.dtype()), denominator);
+            [x, t, ignore_index, lse, denominator](const std::vector<Tensor>& g) {
+              Tensor scale = div(g[0].to(lse.dtype()), denominator);
               // This closure is the logits' last holder unless the caller kept them; the engine releases
               // it when this backward returns, so gx is then the buffer's only handle.
               const bool in_place = sole_owner(x);
               Tensor gx = in_place ? x : detail::empty_as(x, x.shape());
-              kernels::cross_entropy_backward(x, t, ignore_index, stats, detail::contiguous_data(scale), gx);
+              kernels::cross_entropy_backward(x, t, ignore_index, lse, detail::contiguous_data(scale), gx);
               return std::vector<Tensor>{gx};
             });
   return loss;
@@ -128,20 +128,20 @@ Tensor cross_entropy(Tensor&& logits, const Tensor& targets, int64_t ignore_inde
   Tensor x = logits.detach();
   Tensor t = detail::contiguous_data(targets.detach());
   Tensor losses = Tensor::empty({logits.size(0)}, stat_options(logits));
-  Tensor stats = Tensor::empty({logits.size(0), 2}, stat_options(logits));
-  Tensor denominator = mean_denominator(t, ignore_index, stats.dtype());
+  Tensor lse = Tensor::empty({logits.size(0)}, stat_options(logits));
+  Tensor denominator = mean_denominator(t, ignore_index, lse.dtype());
   Tensor inverse;
   {
     NoGradGuard no_grad;
     inverse = div(ones_like(denominator), denominator);
   }
-  kernels::cross_entropy_with_grad(x, t, ignore_index, inverse, losses, stats, x);
+  kernels::cross_entropy_with_grad(x, t, ignore_index, inverse, losses, lse, x);
   Tensor loss = mean_loss(losses, denominator);
-  record_op("CrossEntropyFusedBackward", {logits}, {loss}, [x, stats](const std::vector<Tensor>& g) {
+  record_op("CrossEntropyFusedBackward", {logits}, {loss}, [x, lse](const std::vector<Tensor>& g) {
     // x holds the gradient for an upstream gradient of 1; the engine releases this closure when it
     // returns, leaving gx the buffer's only handle.
     Tensor gx = x;
-    kernels::scale_unless_one(gx, detail::contiguous_data(g[0].to(stats.dtype())));
+    kernels::scale_unless_one(gx, detail::contiguous_data(g[0].to(lse.dtype())));
     return std::vector<Tensor>{gx};
   });
   return loss;

@@ -128,24 +128,24 @@ int run_kernels_bench(const Options& o) {
   // Cross-entropy over GPT-2's logits [B T, 50257], all in place (the logits become their gradient):
   // forward then backward as two passes (3 crossings of the logits), and the fused pass (2 crossings).
   // GPU only, like AdamW below.
-  Tensor logits, targets, losses, ce_stats, ce_scale;
+  Tensor logits, targets, losses, lse, ce_scale;
   const int64_t vocab = 50257;
   const auto nvocab = static_cast<double>(vocab);
   if (gpu) {
     logits = randn({rows, vocab}, gen, opts);
     targets = randint({rows}, 0, vocab, gen, opts.with_dtype(DType::Int64));
     losses = Tensor::empty({rows}, f32);
-    ce_stats = Tensor::empty({rows, 2}, f32);
+    lse = Tensor::empty({rows}, f32);
     ce_scale = full({}, 1.0 / nrows, f32);
     const std::string rv = dims(rows, vocab, "");
     cases.push_back({"cross_entropy forward", rv, nrows * nvocab * elt, [&] {
-                       kernels::cross_entropy(logits, targets, -100, losses, ce_stats);
+                       kernels::cross_entropy(logits, targets, -100, losses, lse);
                      }});
     cases.push_back({"cross_entropy backward (in place)", rv, 2 * nrows * nvocab * elt, [&] {
-                       kernels::cross_entropy_backward(logits, targets, -100, ce_stats, ce_scale, logits);
+                       kernels::cross_entropy_backward(logits, targets, -100, lse, ce_scale, logits);
                      }});
     cases.push_back({"cross_entropy fused fwd+bwd (in place)", rv, 2 * nrows * nvocab * elt, [&] {
-                       kernels::cross_entropy_with_grad(logits, targets, -100, ce_scale, losses, ce_stats, logits);
+                       kernels::cross_entropy_with_grad(logits, targets, -100, ce_scale, losses, lse, logits);
                      }});
   }
 

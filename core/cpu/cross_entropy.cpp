@@ -1,6 +1,5 @@
-// Fused cross-entropy over [rows, classes] logits. Forward keeps two statistics a row, its max m and
-// log1p(r) with r = sum of exp(x - m) over every class but the max's own (core/kernel_decls.inc says why);
-// backward rebuilds softmax from them, so no [rows, classes] probability tensor is saved.
+// Fused cross-entropy over [rows, classes] logits. Forward keeps only the per-row logsumexp; backward
+// rebuilds softmax = exp(logit - logsumexp) from it, so no [rows, classes] probability tensor is saved.
 #include <algorithm>
 #include <cmath>
 
@@ -18,21 +17,15 @@ bool target_of(const I* targets, int64_t r, int64_t ignore_index, int64_t classe
   *target = t;
   return true;
 }
-
-void check_stats(const Tensor& stats, int64_t rows, const char* op) {
-  DPT_CHECK(stats.is_contiguous() && stats.numel() == 2 * rows, "{} kernel: expected row statistics [{}, 2], found {}",
-            op, rows, shape_str(stats.shape()));
-}
 }  // namespace
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                   const Tensor& stats) {
+                   const Tensor& logsumexp) {
   DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && targets.is_contiguous() &&
                 targets.numel() == logits.size(0) && losses.numel() == logits.size(0) &&
-                losses.dtype() == stats.dtype(),
+                logsumexp.numel() == logits.size(0) && losses.dtype() == logsumexp.dtype(),
             "cross_entropy kernel: logits {}, targets {}, losses {}", shape_str(logits.shape()),
             shape_str(targets.shape()), shape_str(losses.shape()));
-  check_stats(stats, logits.size(0), "cross_entropy");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   visit_floating(logits.dtype(), "cross_entropy", [&](auto tag) {
     using T = decltype(tag);
@@ -44,39 +37,32 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
         const I* tg = targets.data<I>();
         for (int64_t r = 0; r < rows; ++r) {
           const T* x = logits.data<T>() + r * classes;
-          int64_t at = 0;  // the max's class
-          for (int64_t j = 1; j < classes; ++j)
-            if (convert<C>(x[j]) > convert<C>(x[at])) at = j;
-          const C mx = classes > 0 ? convert<C>(x[at]) : static_cast<C>(-INFINITY);
-          // Never has the max's 1 added, so classes far below the max keep their digits; summed in
-          // float64, since one row's terms are added one after another here.
-          double rest = 0;
-          for (int64_t j = 0; j < classes; ++j)
-            if (j != at) rest += static_cast<double>(std::exp(convert<C>(x[j]) - mx));
-          const C log_sum = static_cast<C>(std::log1p(rest));
+          C mx = -INFINITY;
+          for (int64_t j = 0; j < classes; ++j) mx = std::max(mx, convert<C>(x[j]));
+          C total = 0;
+          for (int64_t j = 0; j < classes; ++j) total += std::exp(convert<C>(x[j]) - mx);
+          C lse = mx + std::log(total);
           int64_t t = 0;
           bool counted = target_of(tg, r, ignore_index, classes, &t);
-          stats.data<S>()[2 * r] = convert<S>(mx);
-          stats.data<S>()[2 * r + 1] = convert<S>(log_sum);
-          losses.data<S>()[r] = convert<S>(counted ? (mx - convert<C>(x[t])) + log_sum : C(0));
+          logsumexp.data<S>()[r] = convert<S>(lse);
+          losses.data<S>()[r] = convert<S>(counted ? lse - convert<C>(x[t]) : C(0));
         }
       });
     });
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& logsumexp,
                             const Tensor& grad_scale, const Tensor& grad_logits) {
   DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && grad_logits.is_contiguous() &&
                 grad_logits.shape() == logits.shape() && grad_logits.dtype() == logits.dtype() &&
-                grad_scale.numel() == 1 && grad_scale.dtype() == stats.dtype(),
+                grad_scale.numel() == 1 && grad_scale.dtype() == logsumexp.dtype(),
             "cross_entropy_backward kernel: logits {}, grad_logits {}, grad_scale {}", shape_str(logits.shape()),
             shape_str(grad_logits.shape()), shape_str(grad_scale.shape()));
-  check_stats(stats, logits.size(0), "cross_entropy_backward");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    visit_floating(stats.dtype(), "cross_entropy_backward stats", [&](auto stat_tag) {
+    visit_floating(logsumexp.dtype(), "cross_entropy_backward stats", [&](auto stat_tag) {
       using S = decltype(stat_tag);
       using C = std::conditional_t<std::is_same_v<T, double>, double, float>;
       const C scale = convert<C>(grad_scale.data<S>()[0]);
@@ -91,12 +77,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
             for (int64_t j = 0; j < classes; ++j) gx[j] = convert<T>(0.0f);
             continue;
           }
-          const C mx = convert<C>(stats.data<S>()[2 * r]), log_sum = convert<C>(stats.data<S>()[2 * r + 1]);
-          // softmax_j = exp((x_j - m) - log_sum); the target's softmax - 1 through expm1, which keeps the
-          // digits of a confident prediction's small gradient.
+          const C lse = convert<C>(logsumexp.data<S>()[r]);
           for (int64_t j = 0; j < classes; ++j) {
-            const C z = (convert<C>(x[j]) - mx) - log_sum;
-            gx[j] = convert<T>(scale * (j == t ? std::expm1(z) : std::exp(z)));
+            C p = std::exp(convert<C>(x[j]) - lse);
+            gx[j] = convert<T>(scale * (p - (j == t ? C(1) : C(0))));
           }
         }
       });
@@ -107,10 +91,10 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
 // On the CPU the two passes run back to back; the in-place case is safe because the backward reads each
 // logit right before writing its gradient, and the forward is done with the row by then.
 void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                             const Tensor& grad_scale, const Tensor& losses, const Tensor& stats,
+                             const Tensor& grad_scale, const Tensor& losses, const Tensor& logsumexp,
                              const Tensor& grad_logits) {
-  cross_entropy(logits, targets, ignore_index, losses, stats);
-  cross_entropy_backward(logits, targets, ignore_index, stats, grad_scale, grad_logits);
+  cross_entropy(logits, targets, ignore_index, losses, logsumexp);
+  cross_entropy_backward(logits, targets, ignore_index, logsumexp, grad_scale, grad_logits);
 }
 
 void scale_unless_one(const Tensor& x, const Tensor& scale) {

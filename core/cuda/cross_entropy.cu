@@ -1,16 +1,14 @@
 // Fused cross-entropy over [rows, classes] logits. Forward: one pass over each row gives the online
-// (max m, rest r) pair, r the sum of exp(x - m) over every class but the max's own, and writes the row's
-// statistics (m, log1p(r)) (float32 for float32/bfloat16 logits, as on the CPU; no probabilities are
-// kept) and loss = (m - logit[target]) + log1p(r); core/kernel_decls.inc says why the max's 1 stays out
-// of r. Backward rebuilds softmax = exp((logit - m) - log1p(r)) from the statistics and writes
-// scale * (softmax - onehot(target)) in one pass, the target's element through expm1; `scale`
-// (= gy / count) stays on the device, so the whole loss needs no host synchronisation. Rows of up to 1024
-// classes get one warp, longer rows (a vocabulary) one block; rows are read with 16-byte vectors between a
-// scalar head and tail, since a row of an odd vocabulary size starts anywhere. cross_entropy_with_grad
-// does both passes in one kernel. The exponentials run on the SFU (ce_exp): at GPT-2's vocabulary these
-// kernels are bound by instruction issue as much as by memory.
+// (max, sum exp) pair, hence logsumexp, and loss = logsumexp - logit[target]; only those two per-row
+// statistics are written (float32 for float32/bfloat16 logits, as on the CPU; no probabilities are
+// kept). Backward rebuilds softmax = exp(logit - logsumexp) from the saved statistic and writes
+// scale * (softmax - onehot(target)) in one pass; `scale` (= gy / count) stays on the device, so the
+// whole loss needs no host synchronisation. Rows of up to 1024 classes get one warp, longer rows (a
+// vocabulary) one block; rows are read with 16-byte vectors between a scalar head and tail, since a
+// row of an odd vocabulary size starts anywhere. cross_entropy_with_grad does both passes in one kernel.
+// The exponentials run on the SFU (ce_exp): at GPT-2's vocabulary these kernels are bound by
+// instruction issue as much as by memory.
 #include <algorithm>
-#include <limits>
 #include <tuple>
 
 #include "core/cuda/cuda_kernels.h"
@@ -38,85 +36,38 @@ __device__ __forceinline__ C ce_exp(C x) {
   }
 }
 
-// e^(d - c) as ce_exp does it, with the subtraction inside the FFMA that scales to base 2 (c log2 e is
-// the same for a whole row, so this costs what ce_exp(d) does).
+// online_add (core/cuda/row_reduce.cuh) with ce_exp.
 template <class C>
-__device__ __forceinline__ C ce_exp_minus(C d, C c) {
-  if constexpr (std::is_same_v<C, float>) {
-    constexpr float kLog2e = 1.4426950408889634f;
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(fmaf(d, kLog2e, -c * kLog2e)));
-    return y;
-  } else {
-    return exp(d - c);
-  }
-}
-
-// Adds x to a thread's running (max m, rest r): the old max's 1 joins r when x takes its place, so r
-// never holds a 1 that would round away the terms far below the max. A thread starts from the lowest
-// finite m and r = 0: its first element finds e^-inf = 0, and a logit of -inf (a masked class) adds
-// e^-inf = 0 where a start from m = -inf would add e^(-inf + inf) = NaN.
-template <class C>
-__device__ __forceinline__ void ce_online_add(C& m, C& r, C x) {
+__device__ __forceinline__ void ce_online_add(C& m, C& s, C x) {
   if (x > m) {
-    const C e = ce_exp(m - x);
-    r = r * e + e;
+    s = s * ce_exp(m - x) + C(1);  // e^-inf = 0 handles the first element
     m = x;
   } else {
-    r += ce_exp(x - m);
+    s += ce_exp(x - m);
   }
 }
 
-// Merges another thread's (m2, r2) into (m, r): the smaller max's 1 joins the rest with its own r. Both
-// threads of a shuffle pair must end with the same bits, so the arithmetic is the same whichever side
-// holds the larger max, and a tie adds the two rests first (a + b is b + a).
-template <class C>
-__device__ __forceinline__ void ce_online_merge(C& m, C& r, C m2, C r2) {
-  if (m2 == m) {
-    if (m != neg_inf<C>()) r = (r + r2) + C(1);  // two maxima: one is the max, the other's 1 joins the rest
-    return;
-  }
-  if (m2 > m) {
-    const C m1 = m, r1 = r;
-    m = m2;
-    r = r2;
-    m2 = m1;
-    r2 = r1;
-  }
-  if (m2 == neg_inf<C>()) return;  // the other side saw nothing
-  const C e = ce_exp(m2 - m);
-  r += r2 * e + e;
-}
-
-template <class C>
-struct RowStats {
-  C max, log_sum;  // log_sum = log1p(rest): the row's logsumexp is max + log_sum
-};
-
-// The row's statistics, known to every thread of it (a warp, or the whole block when !WarpRow).
+// logsumexp of the row, known to every thread of it (a warp, or the whole block when !WarpRow).
 template <bool WarpRow, int V, class T, class C>
-__device__ __forceinline__ RowStats<C> row_stats(const T* x, int64_t classes, int tid, int nthreads, C* scratch_m,
-                                                 C* scratch_s) {
-  C m = -std::numeric_limits<C>::max(), r = 0;
-  row_visit<V>(x, classes, tid, nthreads, [&](int64_t, T v) { ce_online_add(m, r, convert<C>(v)); });
-  row_online<WarpRow>(m, r, scratch_m, scratch_s, [](C& a, C& b, C a2, C b2) { ce_online_merge(a, b, a2, b2); });
-  return {m, log1p(r)};
+__device__ __forceinline__ C row_logsumexp(const T* x, int64_t classes, int tid, int nthreads, C* scratch_m,
+                                           C* scratch_s) {
+  C m = neg_inf<C>(), s = 0;
+  row_visit<V>(x, classes, tid, nthreads, [&](int64_t, T v) { ce_online_add(m, s, convert<C>(v)); });
+  row_online<WarpRow>(m, s, scratch_m, scratch_s);
+  return m + fast_log(s);
 }
 
-// gx = scale (softmax(x) - onehot(t)) over a block's row: scale e^((x - m) - log_sum) everywhere (x - m is
-// exact for the logits near the max, whose softmax is near 1), then, after a barrier, thread 0 rewrites
-// the target's element as scale expm1((x_t - m) - log_sum) from `target_logit`, the logit it read before
-// anyone could overwrite it (gx may be x). No per-element index test in the loop. An out-of-range target
+// gx = scale (softmax(x) - onehot(t)) over a block's row: scale e^(x - lse) everywhere, then, after a
+// barrier, thread 0 rewrites the target's element from `target_logit`, the logit it read before anyone
+// could overwrite it (gx may be x). No per-element index test in the loop. An out-of-range target
 // leaves the row without the onehot term (its loss is NaN already).
 template <int V, bool Reverse, class T, class C>
 __device__ __forceinline__ void row_softmax_grad(const T* x, T* gx, int64_t classes, int64_t t, C target_logit,
-                                                 RowStats<C> st, C scale) {
-  row_map<V, Reverse>(x, gx, classes, threadIdx.x, blockDim.x, [&](int64_t, T v) {
-    return convert<T>(scale * ce_exp_minus(convert<C>(v) - st.max, st.log_sum));
-  });
+                                                 C lse, C scale) {
+  row_map<V, Reverse>(x, gx, classes, threadIdx.x, blockDim.x,
+                      [&](int64_t, T v) { return convert<T>(scale * ce_exp(convert<C>(v) - lse)); });
   __syncthreads();
-  if (threadIdx.x == 0 && t >= 0 && t < classes)
-    gx[t] = convert<T>(scale * expm1((target_logit - st.max) - st.log_sum));
+  if (threadIdx.x == 0 && t >= 0 && t < classes) gx[t] = convert<T>(scale * (ce_exp(target_logit - lse) - C(1)));
 }
 
 template <class T>
@@ -127,30 +78,29 @@ __device__ __forceinline__ void row_zero(T* gx, int64_t classes) {
 template <class T, class S, class I, int V, bool WarpRow>
 __global__ void __launch_bounds__(1024)
     cross_entropy_kernel(const T* __restrict__ logits, const I* __restrict__ targets, int64_t rows, int64_t classes,
-                         int64_t ignore_index, S* __restrict__ losses, S* __restrict__ stats) {
+                         int64_t ignore_index, S* __restrict__ losses, S* __restrict__ logsumexp) {
   using C = Stat<T>;
   __shared__ C scratch_m[32], scratch_s[32];
   const RowSlot<WarpRow> slot;
   if (slot.row >= rows) return;
   const T* x = logits + slot.row * classes;
-  const RowStats<C> st = row_stats<WarpRow, V>(x, classes, slot.tid, slot.nthreads, scratch_m, scratch_s);
+  const C lse = row_logsumexp<WarpRow, V>(x, classes, slot.tid, slot.nthreads, scratch_m, scratch_s);
   if (slot.tid != 0) return;
   const int64_t t = static_cast<int64_t>(targets[slot.row]);
   C loss = 0;
   if (t != ignore_index) {
     // A kernel cannot throw: an out-of-range target gives a NaN loss instead of a wild read.
-    loss = (t >= 0 && t < classes) ? (st.max - convert<C>(x[t])) + st.log_sum : static_cast<C>(NAN);
+    loss = (t >= 0 && t < classes) ? lse - convert<C>(x[t]) : static_cast<C>(NAN);
   }
-  stats[2 * slot.row] = convert<S>(st.max);
-  stats[2 * slot.row + 1] = convert<S>(st.log_sum);
+  logsumexp[slot.row] = convert<S>(lse);
   losses[slot.row] = convert<S>(loss);
 }
 
 template <class T, class S, class I, int V>
 __global__ void __launch_bounds__(512)
-    cross_entropy_backward_kernel(const T* logits, const I* __restrict__ targets, int64_t classes, int64_t ignore_index,
-                                  const S* __restrict__ stats, const S* __restrict__ grad_scale,
-                                  T* grad_logits) {  // may be `logits`
+    cross_entropy_backward_kernel(const T* logits, const I* __restrict__ targets, int64_t classes,
+                                  int64_t ignore_index, const S* __restrict__ logsumexp,
+                                  const S* __restrict__ grad_scale, T* grad_logits) {  // may be `logits`
   using C = Stat<T>;
   const int64_t row = blockIdx.x;
   const T* x = logits + row * classes;
@@ -158,8 +108,8 @@ __global__ void __launch_bounds__(512)
   const int64_t t = static_cast<int64_t>(targets[row]);
   if (t == ignore_index) return row_zero(gx, classes);
   const C target_logit = threadIdx.x == 0 && t >= 0 && t < classes ? convert<C>(x[t]) : C(0);
-  const RowStats<C> st{convert<C>(stats[2 * row]), convert<C>(stats[2 * row + 1])};
-  row_softmax_grad<V, false>(x, gx, classes, t, target_logit, st, convert<C>(grad_scale[0]));
+  row_softmax_grad<V, false>(x, gx, classes, t, target_logit, convert<C>(logsumexp[row]),
+                             convert<C>(grad_scale[0]));
 }
 
 // cross_entropy_kernel and cross_entropy_backward_kernel over one row in one block: the forward's read of
@@ -173,7 +123,7 @@ template <class T, class S, class I, int V>
 __global__ void __launch_bounds__(512)
     cross_entropy_with_grad_kernel(const T* logits, const I* __restrict__ targets, int64_t classes,
                                    int64_t ignore_index, const S* __restrict__ grad_scale, S* __restrict__ losses,
-                                   S* __restrict__ stats, T* grad_logits) {  // may be `logits`
+                                   S* __restrict__ logsumexp, T* grad_logits) {  // may be `logits`
   using C = Stat<T>;
   __shared__ C scratch_m[32], scratch_s[32];
   const int64_t row = blockIdx.x;
@@ -182,15 +132,14 @@ __global__ void __launch_bounds__(512)
   const int64_t t = static_cast<int64_t>(targets[row]);
   const bool counted = t != ignore_index, in_range = t >= 0 && t < classes;
   const C target_logit = in_range && threadIdx.x == 0 ? convert<C>(x[t]) : C(0);
-  const RowStats<C> st = row_stats<false, V>(x, classes, threadIdx.x, blockDim.x, scratch_m, scratch_s);
+  const C lse = row_logsumexp<false, V>(x, classes, threadIdx.x, blockDim.x, scratch_m, scratch_s);
   if (threadIdx.x == 0) {
     // A kernel cannot throw: an out-of-range target gives a NaN loss instead of a wild read.
-    stats[2 * row] = convert<S>(st.max);
-    stats[2 * row + 1] = convert<S>(st.log_sum);
-    losses[row] = convert<S>(!counted ? C(0) : in_range ? (st.max - target_logit) + st.log_sum : static_cast<C>(NAN));
+    logsumexp[row] = convert<S>(lse);
+    losses[row] = convert<S>(!counted ? C(0) : in_range ? lse - target_logit : static_cast<C>(NAN));
   }
   if (!counted) return row_zero(gx, classes);
-  row_softmax_grad<V, true>(x, gx, classes, t, target_logit, st, convert<C>(grad_scale[0]));
+  row_softmax_grad<V, true>(x, gx, classes, t, target_logit, lse, convert<C>(grad_scale[0]));
 }
 
 // x *= scale unless scale == 1; every block reads the scale and leaves at once when it is 1.
@@ -207,13 +156,13 @@ __global__ void scale_unless_one_kernel(T* x, int64_t n, const S* __restrict__ s
 }  // namespace
 
 void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& losses,
-                   const Tensor& stats) {
+                   const Tensor& logsumexp) {
   DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && targets.is_contiguous() && losses.is_contiguous() &&
-                stats.is_contiguous() && targets.numel() == logits.size(0) && losses.numel() == logits.size(0) &&
-                stats.numel() == 2 * logits.size(0) && losses.dtype() == stats.dtype(),
+                logsumexp.is_contiguous() && targets.numel() == logits.size(0) && losses.numel() == logits.size(0) &&
+                logsumexp.numel() == logits.size(0) && losses.dtype() == logsumexp.dtype(),
             "cross_entropy kernel (CUDA): logits {}, targets {}, losses {}", shape_str(logits.shape()),
             shape_str(targets.shape()), shape_str(losses.shape()));
-  const int device = device_of(losses, {&logits, &targets, &stats}, "cross_entropy kernel");
+  const int device = device_of(losses, {&logits, &targets, &logsumexp}, "cross_entropy kernel");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0) return;
   DPT_CHECK(classes > 0, "cross_entropy kernel (CUDA): logits {} have no classes", shape_str(logits.shape()));
@@ -230,11 +179,11 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
         if (classes <= kWarpRowMax) {
           const auto grid = static_cast<unsigned>((rows + kWarpRowsPerBlock - 1) / kWarpRowsPerBlock);
           cross_entropy_kernel<T, S, I, vec_width<T>(), true><<<grid, 32 * kWarpRowsPerBlock, 0, stream>>>(
-              x, tg, rows, classes, ignore_index, ptr<S>(losses), ptr<S>(stats));
+              x, tg, rows, classes, ignore_index, ptr<S>(losses), ptr<S>(logsumexp));
         } else {
           // A vocabulary row (50257 bf16) is ~6300 vectors: 512 threads keep about a dozen each in flight.
           cross_entropy_kernel<T, S, I, vec_width<T>(), false><<<static_cast<unsigned>(rows), 512, 0, stream>>>(
-              x, tg, rows, classes, ignore_index, ptr<S>(losses), ptr<S>(stats));
+              x, tg, rows, classes, ignore_index, ptr<S>(losses), ptr<S>(logsumexp));
         }
         DPT_CUDA_CHECK_LAUNCH();
       });
@@ -242,29 +191,30 @@ void cross_entropy(const Tensor& logits, const Tensor& targets, int64_t ignore_i
   });
 }
 
-void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& stats,
+void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t ignore_index, const Tensor& logsumexp,
                             const Tensor& grad_scale, const Tensor& grad_logits) {
   DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && grad_logits.is_contiguous() && targets.is_contiguous() &&
-                stats.is_contiguous() && grad_logits.shape() == logits.shape() &&
+                logsumexp.is_contiguous() && grad_logits.shape() == logits.shape() &&
                 grad_logits.dtype() == logits.dtype() && targets.numel() == logits.size(0) &&
-                stats.numel() == 2 * logits.size(0) && grad_scale.numel() == 1 && grad_scale.dtype() == stats.dtype(),
+                logsumexp.numel() == logits.size(0) && grad_scale.numel() == 1 &&
+                grad_scale.dtype() == logsumexp.dtype(),
             "cross_entropy_backward kernel (CUDA): logits {}, grad_logits {}, grad_scale {}", shape_str(logits.shape()),
             shape_str(grad_logits.shape()), shape_str(grad_scale.shape()));
-  const int device = device_of(grad_logits, {&logits, &targets, &stats, &grad_scale}, "cross_entropy_backward");
+  const int device = device_of(grad_logits, {&logits, &targets, &logsumexp, &grad_scale}, "cross_entropy_backward");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0 || classes == 0) return;
   cuda::DeviceGuard guard(device);
   cudaStream_t stream = cuda::current_stream(device);
   visit_floating(logits.dtype(), "cross_entropy_backward", [&](auto tag) {
     using T = decltype(tag);
-    visit_floating(stats.dtype(), "cross_entropy_backward stats", [&](auto stat_tag) {
+    visit_floating(logsumexp.dtype(), "cross_entropy_backward stats", [&](auto stat_tag) {
       using S = decltype(stat_tag);
       visit_index(targets.dtype(), "cross_entropy_backward targets", [&](auto itag) {
         using I = decltype(itag);
         const int threads = std::min(row_threads(classes), 512);
         const auto grid = static_cast<unsigned>(rows);
         auto args = std::make_tuple(ptr<const T>(logits), ptr<const I>(targets), classes, ignore_index,
-                                    ptr<const S>(stats), ptr<const S>(grad_scale), ptr<T>(grad_logits));
+                                    ptr<const S>(logsumexp), ptr<const S>(grad_scale), ptr<T>(grad_logits));
         // Vector loads and stores need logits and gradient rows at the same offset from 16 bytes.
         if (same_alignment({logits.data_ptr(), grad_logits.data_ptr()})) {
           std::apply(
@@ -283,18 +233,19 @@ void cross_entropy_backward(const Tensor& logits, const Tensor& targets, int64_t
 }
 
 void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_t ignore_index,
-                             const Tensor& grad_scale, const Tensor& losses, const Tensor& stats,
+                             const Tensor& grad_scale, const Tensor& losses, const Tensor& logsumexp,
                              const Tensor& grad_logits) {
   DPT_CHECK(logits.dim() == 2 && logits.is_contiguous() && grad_logits.is_contiguous() && targets.is_contiguous() &&
-                losses.is_contiguous() && stats.is_contiguous() && grad_logits.shape() == logits.shape() &&
+                losses.is_contiguous() && logsumexp.is_contiguous() && grad_logits.shape() == logits.shape() &&
                 grad_logits.dtype() == logits.dtype() && targets.numel() == logits.size(0) &&
-                losses.numel() == logits.size(0) && stats.numel() == 2 * logits.size(0) &&
-                losses.dtype() == stats.dtype() && grad_scale.numel() == 1 && grad_scale.dtype() == stats.dtype(),
+                losses.numel() == logits.size(0) && logsumexp.numel() == logits.size(0) &&
+                losses.dtype() == logsumexp.dtype() && grad_scale.numel() == 1 &&
+                grad_scale.dtype() == logsumexp.dtype(),
             "cross_entropy_with_grad kernel (CUDA): logits {}, targets {}, grad_logits {}, grad_scale {}",
             shape_str(logits.shape()), shape_str(targets.shape()), shape_str(grad_logits.shape()),
             shape_str(grad_scale.shape()));
   const int device =
-      device_of(grad_logits, {&logits, &targets, &losses, &stats, &grad_scale}, "cross_entropy_with_grad");
+      device_of(grad_logits, {&logits, &targets, &losses, &logsumexp, &grad_scale}, "cross_entropy_with_grad");
   const int64_t rows = logits.size(0), classes = logits.size(1);
   if (rows == 0) return;
   DPT_CHECK(classes > 0, "cross_entropy_with_grad kernel (CUDA): logits {} have no classes", shape_str(logits.shape()));
@@ -309,7 +260,7 @@ void cross_entropy_with_grad(const Tensor& logits, const Tensor& targets, int64_
         const int threads = classes <= kWarpRowMax ? 32 : 512;
         const auto grid = static_cast<unsigned>(rows);
         auto args = std::make_tuple(ptr<const T>(logits), ptr<const I>(targets), classes, ignore_index,
-                                    ptr<const S>(grad_scale), ptr<S>(losses), ptr<S>(stats), ptr<T>(grad_logits));
+                                    ptr<const S>(grad_scale), ptr<S>(losses), ptr<S>(logsumexp), ptr<T>(grad_logits));
         if (same_alignment({logits.data_ptr(), grad_logits.data_ptr()})) {
           std::apply(
               [&](auto... a) {

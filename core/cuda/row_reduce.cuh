@@ -74,13 +74,11 @@ __device__ __forceinline__ C row_sum(C v, C* scratch) {
     return block_sum(v, scratch);
 }
 
-// The row's (max, sum) pair from every thread's, merged by `merge` (online_merge, or another pairing
-// with the same identity, (-inf, 0)).
-template <bool WarpRow, class C, class Merge>
-__device__ __forceinline__ void row_online(C& m, C& s, C* scratch_m, C* scratch_s, Merge merge) {
+template <bool WarpRow, class C>
+__device__ __forceinline__ void row_online(C& m, C& s, C* scratch_m, C* scratch_s) {
   for (int o = 16; o > 0; o >>= 1) {
     C m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-    merge(m, s, m2, s2);
+    online_merge(m, s, m2, s2);
   }
   if constexpr (!WarpRow) {
     if (blockDim.x == 32) return;
@@ -95,14 +93,9 @@ __device__ __forceinline__ void row_online(C& m, C& s, C* scratch_m, C* scratch_
     s = lane < warps ? scratch_s[lane] : C(0);
     for (int o = 16; o > 0; o >>= 1) {
       C m2 = __shfl_xor_sync(0xffffffffu, m, o), s2 = __shfl_xor_sync(0xffffffffu, s, o);
-      merge(m, s, m2, s2);
+      online_merge(m, s, m2, s2);
     }
   }
-}
-
-template <bool WarpRow, class C>
-__device__ __forceinline__ void row_online(C& m, C& s, C* scratch_m, C* scratch_s) {
-  row_online<WarpRow>(m, s, scratch_m, scratch_s, [](C& a, C& b, C a2, C b2) { online_merge(a, b, a2, b2); });
 }
 
 // Rows of at most this many elements go one warp per row.

@@ -211,12 +211,6 @@ std::unique_ptr<dist::ZeroOptimizer> make_zero(dist::DistributedDataParallel& dd
 // One DDP replica next to the single-process reference, for kSteps steps.
 bool run_parity(const Setup& s, std::shared_ptr<dist::ProcessGroup> pg, dist::DDPOptions options, int micro_batches,
                 double tol, const std::string& label, Stepping stepping = Stepping::kAfterBackward) {
-  // A GPT has parameters whose first AdamW steps see gradients near eps (make_optimizer), where the update
-  // passes the batch split's float32 rounding through almost unscaled: with three ranks the whole-model
-  // difference after four steps ranges over about 0.7e-6 to 1.1e-6 across equally exact summation orders
-  // of the loss. Twice the MLP's bound holds them all; a wrong average or a lost bucket is off by orders
-  // of magnitude more.
-  if (s.model_kind == "gpt") tol *= 2;
   auto reference = make_model(s);
   auto replica = make_model(s);
   auto ref_opt = make_optimizer(*reference);
