@@ -72,6 +72,10 @@ def one_rounding(x):
     return ONE_ROUNDING and x.dtype == torch.bfloat16
 
 
+def gelu_tanh(z):
+    return F.gelu(z, approximate="tanh")
+
+
 def linear_once(layer, x, act=None, residual=None):
     """act(x W^T + b) + residual in float32 from x's bf16 operands, rounded once to x's dtype."""
     y = F.linear(x.float(), layer.weight.float(), None if layer.bias is None else layer.bias.float())
@@ -110,9 +114,9 @@ class FeedForward(nn.Module):
 
     def forward(self, x, residual):
         if one_rounding(x):
-            h = linear_once(self.fc, x, act=lambda z: F.gelu(z, approximate="tanh"))
+            h = linear_once(self.fc, x, act=gelu_tanh)
             return linear_once(self.proj, h, residual=residual)
-        return residual + self.drop(self.proj(F.gelu(self.fc(x), approximate="tanh")))
+        return residual + self.drop(self.proj(gelu_tanh(self.fc(x))))
 
 
 class Block(nn.Module):
