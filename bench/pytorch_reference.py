@@ -41,6 +41,10 @@ scripts/gpu-convergence.sh measures dptrain by. KIND is what differs, nothing el
            to which side of zero)
   kernels  other kernels on the GPU: deterministic algorithms, cuBLASLt for every matmul, and another
            attention backend (the math one in float32, memory-efficient attention in bf16)
+  flash    bf16 GPTs: attention through PyTorch's FlashAttention kernels, the backend PyTorch takes where
+           it does not prefer cuDNN's; at a GPT's first steps, where attention is near uniform, which backend
+           PyTorch picks moves the loss more than any other kernel choice (where PyTorch's default already
+           is flash, this run repeats the reference, and measures PyTorch's own run-to-run spread)
   epilogue --bf16 pure only: every Linear forms its product in float32 from the bf16 operands and rounds
            once, after its bias, activation and the residual added to it, as dptrain's fused GEMM
            epilogues do, where eager PyTorch rounds the product before the activation and the sum
@@ -61,7 +65,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOORS = ("cpu", "compile", "kernels", "order", "epilogue")
+FLOORS = ("cpu", "compile", "kernels", "flash", "order", "epilogue")
 
 
 # --floor epilogue: Linear layers of a bf16 model round once (see the top); run() sets it for each run.
@@ -332,6 +336,14 @@ def other_kernels(precision):
         torch.use_deterministic_algorithms(False)
 
 
+@contextlib.contextmanager
+def flash_attention():
+    """--floor flash: every attention through PyTorch's FlashAttention backend."""
+    from torch.nn.attention import SDPBackend, sdpa_kernel
+    with sdpa_kernel(SDPBackend.FLASH_ATTENTION):
+        yield
+
+
 def make_adamw(model, device):
     decay = [p for p in model.parameters() if p.dim() >= 2]
     no_decay = [p for p in model.parameters() if p.dim() < 2]
@@ -376,8 +388,8 @@ def permute_units(model, seed):
     return first
 
 
-def run(name, cfg, args, device, compile_model, kernels=False, order=None, unit_seed=None, epilogue=False, start=None,
-        group=None, role=None):
+def run(name, cfg, args, device, compile_model, kernels=False, flash=False, order=None, unit_seed=None, epilogue=False,
+        start=None, group=None, role=None):
     """One training run of `args.steps` timed steps after `args.warmup`; its JSON result."""
     global ONE_ROUNDING
     ONE_ROUNDING = epilogue
@@ -442,7 +454,7 @@ def run(name, cfg, args, device, compile_model, kernels=False, order=None, unit_
         return loss
 
     losses = []  # --losses: every step's loss, read after its time is taken
-    with other_kernels(args.precision) if kernels else contextlib.nullcontext():
+    with other_kernels(args.precision) if kernels else flash_attention() if flash else contextlib.nullcontext():
         for i in range(args.warmup):
             loss = step(i)
             if args.losses:
@@ -470,7 +482,7 @@ def run(name, cfg, args, device, compile_model, kernels=False, order=None, unit_
     flops = flops_per_step(cfg, n_params)
     compiled = "pytorch-compile" + ("" if args.compile_mode == "default" else "-" + args.compile_mode)
     system = (compiled if compile_model else "pytorch-eager") + ("-bf16-pure" if pure else "") + \
-        ("-kernels" if kernels else "") + \
+        ("-kernels" if kernels else "") + ("-flash" if flash else "") + \
         ("" if order is None else "-reversed" if order == "reverse" else f"-permuted{order}") + \
         ("" if unit_seed is None else f"-units{unit_seed}") + ("-epilogue" if epilogue else "") + \
         ("-cpu" if not cuda else "") + \
@@ -490,7 +502,8 @@ def run(name, cfg, args, device, compile_model, kernels=False, order=None, unit_
 
 
 def parse_floor(kind):
-    """A floor kind as (what, seed): (cpu | compile | kernels | order | epilogue, None), (order, N) or (units, N)."""
+    """A floor kind as (what, seed): (cpu | compile | kernels | flash | order | epilogue, None), (order, N) or
+    (units, N)."""
     head, colon, seed = kind.partition(":")
     if not colon and head in FLOORS:
         return head, None
@@ -545,6 +558,9 @@ def main():
         ap.error("--floor epilogue moves where a bf16 model rounds: it needs --precision bf16 --bf16 pure")
     if "kernels" in args.floor and args.device != "cuda":
         ap.error("--floor kernels chooses other GPU kernels: it needs --device cuda")
+    if "flash" in args.floor and (args.device != "cuda" or args.precision != "bf16"):
+        ap.error("--floor flash takes PyTorch's FlashAttention kernels, which run bf16 on a GPU: it needs "
+                 "--precision bf16 and --device cuda")
     if args.device == "cuda" and not torch.cuda.is_available():
         raise SystemExit("pytorch_reference.py: no GPU visible to PyTorch (--device cpu to train on the CPU)")
     if "kernels" in args.floor:
@@ -569,6 +585,10 @@ def main():
         for name, cfg in workloads:
             if cfg["kind"] != "mlp":
                 ap.error(f"--floor units:N permutes an MLP's units; workload {name} is a {cfg['kind']}")
+    if "flash" in args.floor:
+        for name, cfg in workloads:
+            if cfg["kind"] != "gpt":
+                ap.error(f"--floor flash changes a GPT's attention; workload {name} is a {cfg['kind']}")
     if "epilogue" in args.floor:
         for name, cfg in workloads:
             if cfg.get("dropout", 0.0) > 0:
@@ -582,6 +602,7 @@ def main():
             changed = {"cpu": dict(device=torch.device("cpu"), group=cpu_group),
                        "compile": dict(compile_model=not args.compile),
                        "kernels": dict(kernels=True),
+                       "flash": dict(flash=True),
                        "order": dict(order="reverse" if seed is None else seed),
                        "units": dict(unit_seed=seed),
                        "epilogue": dict(epilogue=True)}[what]

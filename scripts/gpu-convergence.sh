@@ -16,6 +16,9 @@
 #                  backend (math in float32, memory-efficient in bf16); gpt2_124m's fp32 stand-in for cpu,
 #                  whose 100 CPU steps would take tens of minutes
 #   bf16  compile  the eager reference against torch.compile (other fused kernels, same arithmetic)
+#         flash    GPTs: attention through PyTorch's FlashAttention backend, where the reference takes PyTorch's
+#                  default (cuDNN's on an H200 with PyTorch 2.11): near-uniform attention at a GPT's first steps
+#                  makes the backend's arithmetic the largest choice PyTorch itself leaves open
 #         epilogue every Linear in float32 from its bf16 operands, rounded once after the bias, activation and
 #                  residual, as dptrain's fused GEMM epilogues round (eager PyTorch rounds the product first);
 #                  not in the default set: it asks how much of a gap one rounding fewer explains
@@ -26,8 +29,8 @@
 # One run says little once training turns chaotic: a repeated batch makes the loss spike after a few
 # steps, and a ReLU whose input lies within rounding of zero passes or blocks a whole example's gradient,
 # so two correct runs jump apart by chance. The floor is therefore the farthest of several runs, step by
-# step (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: comma-separated kinds; an
-# MLP's defaults add units:1 to units:16).
+# step (DPT_CONV_FLOOR_FP32, DPT_CONV_FLOOR_FP32_GPT2, DPT_CONV_FLOOR_BF16: comma-separated kinds; a GPT's bf16
+# defaults add flash, and order:3 to order:16 with a repeated batch; an MLP's add units:1 to units:16).
 #
 # The bar, step by step: with gap(t) = |dptrain(t) - PyTorch(t)| / |PyTorch(t)| and floor(t) = the
 # largest |floor run(t) - PyTorch(t)| / |PyTorch(t)| over the floor runs, every step s must have
@@ -56,7 +59,8 @@
 #                     free group, and one needing more GPUs than a group has is skipped. The host's cores
 #                     are cut alike, so that the CPU floor runs of two jobs do not share cores. A
 #                     combination's numbers do not depend on what runs beside it; its time does.
-# `scripts/gpu-convergence.sh --table-only` prints the table again from the files of an earlier run.
+# `scripts/gpu-convergence.sh --table-only` prints the table again from the files of an earlier run; `--plan`
+# prints each combination the settings give and its floor runs, and runs nothing.
 set -uo pipefail
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 bin="${DPT_BUILD_DIR:-$root/build-gpu}/bin"
@@ -219,12 +223,15 @@ sys.exit(0 if ok else 1)
 PY
 }
 
+plan=0
 if [[ "${1:-}" == "--table-only" ]]; then
   [[ -f "$manifest" ]] || { echo "gpu-convergence: no earlier run in $out ($manifest is missing)" >&2; exit 2; }
   table
   exit $?
+elif [[ "$#:${1:-}" == "1:--plan" ]]; then
+  plan=1
 elif (($#)); then
-  echo "usage: scripts/gpu-convergence.sh [--table-only]  (settings: DPT_CONV_* variables, see the header)" >&2
+  echo "usage: scripts/gpu-convergence.sh [--table-only | --plan]  (settings: DPT_CONV_* variables, see the header)" >&2
   exit 2
 fi
 
@@ -260,11 +267,18 @@ done
 # An MLP's default floor adds 16 unit permutations: whether some ReLU input within rounding of zero flips
 # is a rare event, and only many draws show how far correct runs part when one does.
 mlp_units="$(seq -s, -f 'units:%g' 1 16)"
-floor_kind() {  # floor_kind WORKLOAD PRECISION: what the floor runs change
-  local units=""
-  [[ "$1" != mlp_* ]] || units=",$mlp_units"
+# A GPT's bf16 rows with a repeated batch turn chaotic within their 100 steps (bf16 rounding parts correct
+# runs faster than float32's), so they take 16 random orders where other rows take two.
+gpt_orders="$(seq -s, -f 'order:%g' 1 16)"
+floor_kind() {  # floor_kind WORKLOAD PRECISION BATCHES: what the floor runs change
+  local units="" attention=",flash" orders="order:1,order:2"
+  if [[ "$1" == mlp_* ]]; then
+    units=",$mlp_units" attention=""
+  elif [[ "$3" == repeat ]]; then
+    orders="$gpt_orders"
+  fi
   if [[ "$2" == bf16 ]]; then
-    echo "${DPT_CONV_FLOOR_BF16:-compile,kernels,order,order:1,order:2$units}"
+    echo "${DPT_CONV_FLOOR_BF16:-compile,kernels$attention,order,$orders$units}"
   elif [[ "$1" == gpt2_124m ]]; then
     echo "${DPT_CONV_FLOOR_FP32_GPT2:-kernels,order,order:1,order:2}"
   else
@@ -273,16 +287,34 @@ floor_kind() {  # floor_kind WORKLOAD PRECISION: what the floor runs change
 }
 for p in "${precisions[@]}"; do
   for w in "${workloads[@]}"; do
-    IFS=, read -r -a kinds <<<"$(floor_kind "$w" "$p")"
+    IFS=, read -r -a kinds <<<"$(floor_kind "$w" "$p" repeat)"
     for f in "${kinds[@]}"; do
-      [[ "$f" =~ ^(cpu|compile|kernels|epilogue|order|order:[0-9]+|units:[0-9]+)$ ]] ||
-        usage_error "unknown floor '$f' for $w $p (cpu compile kernels epilogue order order:N units:N)"
+      [[ "$f" =~ ^(cpu|compile|kernels|flash|epilogue|order|order:[0-9]+|units:[0-9]+)$ ]] ||
+        usage_error "unknown floor '$f' for $w $p (cpu compile kernels flash epilogue order order:N units:N)"
       [[ "$f" != units:* || "$w" == mlp_* ]] || usage_error "the units floor permutes an MLP's units, not $w's"
+      [[ "$f" != flash || "$w" != mlp_* ]] || usage_error "the flash floor changes a GPT's attention; $w has none"
+      [[ "$p:$f" != fp32:flash ]] || usage_error "the flash floor runs PyTorch's bf16 attention kernels, not fp32 ($w)"
       [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
       [[ "$p:$f" != fp32:epilogue ]] || usage_error "the epilogue floor moves where bf16 rounds; fp32 runs do not round ($w)"
     done
   done
 done
+
+combinations=()
+for n in "${gpu_counts[@]}"; do
+  for b in "${batch_modes[@]}"; do
+    for p in "${precisions[@]}"; do
+      for w in "${workloads[@]}"; do combinations+=("$w:$p:$n:$b"); done
+    done
+  done
+done
+if ((plan)); then  # --plan: each combination and its floor runs, nothing run
+  for c in "${combinations[@]}"; do
+    IFS=: read -r w p n b <<<"$c"
+    echo "${w}_${p}_${n}gpu_${b}: $(floor_kind "$w" "$p" "$b")"
+  done
+  exit 0
+fi
 
 [[ -x "$bin/dpt-bench" && -x "$bin/dpt-run" ]] || usage_error "$bin has no dpt-bench or dpt-run: build first (scripts/gpu-test.sh)"
 python3 -c 'import torch' 2>/dev/null || usage_error "python3 cannot import torch: the PyTorch side cannot run"
@@ -345,14 +377,6 @@ run_combination() {  # run_combination TAG WORKLOAD PRECISION GPUS BATCHES FLOOR
   if ((ref_status != 0)); then tail -n 5 "$out/$tag.pytorch.log" | sed 's/^/  /'; fi
 }
 
-combinations=()
-for n in "${gpu_counts[@]}"; do
-  for b in "${batch_modes[@]}"; do
-    for p in "${precisions[@]}"; do
-      for w in "${workloads[@]}"; do combinations+=("$w:$p:$n:$b"); done
-    done
-  done
-done
 echo "gpu-convergence: ${#combinations[@]} combinations, $steps steps each, $visible GPU(s) visible," \
   "$jobs at once on GPUs ${groups[*]}; files in $out"
 began=$SECONDS
@@ -371,7 +395,7 @@ take_group() {  # sets group to a free group's index, waiting for a running comb
 for c in "${combinations[@]}"; do
   IFS=: read -r w p n b <<<"$c"
   tag="${w}_${p}_${n}gpu_${b}"
-  floor="$(floor_kind "$w" "$p")"
+  floor="$(floor_kind "$w" "$p" "$b")"
   status=run note=""
   for pattern in "${exclude[@]}"; do
     # shellcheck disable=SC2053  # the pattern is a glob on purpose

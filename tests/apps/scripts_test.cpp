@@ -196,7 +196,8 @@ TEST(GpuConvergenceTable, ConsecutiveFloorSeedsAreShownAsARange) {
 }
 
 // Floor kinds are checked before anything runs: a units floor names an MLP's units, so a GPT is refused,
-// the epilogue floor moves bf16 roundings, so fp32 is refused, and a kind outside the list is named.
+// the flash floor changes a GPT's bf16 attention, so an MLP and fp32 are refused, the epilogue floor moves
+// bf16 roundings, so fp32 is refused, and a kind outside the list is named.
 TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
   const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
   RunResult gpt =
@@ -208,6 +209,17 @@ TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
       run_shell("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,order:x " + script);
   EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
   EXPECT_NE(unknown.output.find("unknown floor 'order:x' for mlp_92m bf16"), std::string::npos) << unknown.output;
+  RunResult mlp_flash =
+      run_shell("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,flash " + script);
+  EXPECT_EQ(mlp_flash.exit_code, 2) << mlp_flash.output;
+  EXPECT_NE(mlp_flash.output.find("the flash floor changes a GPT's attention; mlp_92m has none"), std::string::npos)
+      << mlp_flash.output;
+  RunResult fp32_flash =
+      run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,flash " + script);
+  EXPECT_EQ(fp32_flash.exit_code, 2) << fp32_flash.output;
+  EXPECT_NE(fp32_flash.output.find("the flash floor runs PyTorch's bf16 attention kernels, not fp32 (tiny_gpt)"),
+            std::string::npos)
+      << fp32_flash.output;
   RunResult fp32 =
       run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,epilogue " + script);
   EXPECT_EQ(fp32.exit_code, 2) << fp32.output;
@@ -225,6 +237,30 @@ TEST(GpuConvergenceSettings, AWorkloadIsABenchConfig) {
             std::string::npos)
       << r.output;
   EXPECT_EQ(r.output.find("tiny_gpt'"), std::string::npos) << r.output;
+}
+
+// --plan lists what the settings would run, nothing run (no build, no PyTorch needed): a GPT's bf16 floor takes
+// PyTorch's flash attention, and 16 random orders with a repeated batch, where training turns chaotic; an
+// MLP's takes unit permutations and no attention backend.
+TEST(GpuConvergenceSettings, PlanNamesEachCombinationsFloorRuns) {
+  const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
+  RunResult r = run_shell("DPT_CONV_WORKLOADS='tiny_gpt mlp_92m' DPT_CONV_PRECISIONS='bf16 fp32' DPT_CONV_GPUS=1 " +
+                          script + " --plan");
+  ASSERT_EQ(r.exit_code, 0) << r.output;
+  std::string orders16;
+  for (int seed = 1; seed <= 16; ++seed) orders16 += ",order:" + std::to_string(seed);
+  EXPECT_NE(r.output.find("tiny_gpt_bf16_1gpu_repeat: compile,kernels,flash,order" + orders16 + "\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tiny_gpt_bf16_1gpu_random: compile,kernels,flash,order,order:1,order:2\n"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("tiny_gpt_fp32_1gpu_repeat: cpu,order,order:1,order:2\n"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("mlp_92m_bf16_1gpu_repeat: compile,kernels,order,order:1,order:2,units:1,"),
+            std::string::npos)
+      << r.output;
+  EXPECT_EQ(r.output.find("2gpu"), std::string::npos) << r.output;
+  EXPECT_EQ(run_shell(script + " --plan --table-only").exit_code, 2);
 }
 
 TEST(GpuConvergenceTable, ANullLossFromDptBenchIsInfinitelyFarNotACrash) {
