@@ -200,32 +200,21 @@ TEST(GpuConvergenceTable, ConsecutiveFloorSeedsAreShownAsARange) {
 // bf16 roundings, so fp32 is refused, and a kind outside the list is named.
 TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
   const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
-  RunResult gpt =
-      run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,units:1 " + script);
-  EXPECT_EQ(gpt.exit_code, 2) << gpt.output;
-  EXPECT_NE(gpt.output.find("the units floor permutes an MLP's units, not tiny_gpt's"), std::string::npos)
-      << gpt.output;
-  RunResult unknown =
-      run_shell("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,order:x " + script);
-  EXPECT_EQ(unknown.exit_code, 2) << unknown.output;
-  EXPECT_NE(unknown.output.find("unknown floor 'order:x' for mlp_92m bf16"), std::string::npos) << unknown.output;
-  RunResult mlp_flash =
-      run_shell("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,flash " + script);
-  EXPECT_EQ(mlp_flash.exit_code, 2) << mlp_flash.output;
-  EXPECT_NE(mlp_flash.output.find("the flash floor changes a GPT's attention; mlp_92m has none"), std::string::npos)
-      << mlp_flash.output;
-  RunResult fp32_flash =
-      run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,flash " + script);
-  EXPECT_EQ(fp32_flash.exit_code, 2) << fp32_flash.output;
-  EXPECT_NE(fp32_flash.output.find("the flash floor runs PyTorch's bf16 attention kernels, not fp32 (tiny_gpt)"),
-            std::string::npos)
-      << fp32_flash.output;
-  RunResult fp32 =
-      run_shell("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,epilogue " + script);
-  EXPECT_EQ(fp32.exit_code, 2) << fp32.output;
-  EXPECT_NE(fp32.output.find("the epilogue floor moves where bf16 rounds; fp32 runs do not round (tiny_gpt)"),
-            std::string::npos)
-      << fp32.output;
+  auto expect_refused = [&](const std::string& settings, const std::string& message) {
+    RunResult r = run_shell(settings + " " + script);
+    EXPECT_EQ(r.exit_code, 2) << settings << "\n" << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << settings << "\n" << r.output;
+  };
+  expect_refused("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,units:1",
+                 "the units floor permutes an MLP's units, not tiny_gpt's");
+  expect_refused("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,order:x",
+                 "unknown floor 'order:x' for mlp_92m bf16");
+  expect_refused("DPT_CONV_WORKLOADS=mlp_92m DPT_CONV_PRECISIONS=bf16 DPT_CONV_FLOOR_BF16=compile,flash",
+                 "the flash floor changes a GPT's attention; mlp_92m has none");
+  expect_refused("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,flash",
+                 "the flash floor runs PyTorch's bf16 attention kernels, not fp32 (tiny_gpt)");
+  expect_refused("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,epilogue",
+                 "the epilogue floor moves where bf16 rounds; fp32 runs do not round (tiny_gpt)");
 }
 
 // A workload is any configs/bench_NAME.yaml; a name without one is refused before anything runs.
