@@ -285,6 +285,8 @@ floor_kind() {  # floor_kind WORKLOAD PRECISION BATCHES: what the floor runs cha
     echo "${DPT_CONV_FLOOR_FP32:-cpu,order,order:1,order:2$units}"
   fi
 }
+# Checked once per workload and precision: a repeated batch's defaults hold every kind the random batch's
+# do, and the DPT_CONV_FLOOR_* settings do not depend on the batch mode.
 for p in "${precisions[@]}"; do
   for w in "${workloads[@]}"; do
     IFS=, read -r -a kinds <<<"$(floor_kind "$w" "$p" repeat)"
