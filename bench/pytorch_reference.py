@@ -45,9 +45,6 @@ scripts/gpu-convergence.sh measures dptrain by. KIND is what differs, nothing el
            it does not prefer cuDNN's; at a GPT's first steps, where attention is near uniform, which backend
            PyTorch picks moves the loss more than any other kernel choice (where PyTorch's default already
            is flash, this run repeats the reference, and measures PyTorch's own run-to-run spread)
-  epilogue --bf16 pure only: every Linear forms its product in float32 from the bf16 operands and rounds
-           once, after its bias, activation and the residual added to it, as dptrain's fused GEMM
-           epilogues do, where eager PyTorch rounds the product before the activation and the sum
 """
 import argparse
 import contextlib
@@ -65,26 +62,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLOORS = ("cpu", "compile", "kernels", "flash", "order", "epilogue")
-
-
-# --floor epilogue: Linear layers of a bf16 model round once (see the top); run() sets it for each run.
-ONE_ROUNDING = False
-
-
-def one_rounding(x):
-    return ONE_ROUNDING and x.dtype == torch.bfloat16
-
-
-def gelu_tanh(z):
-    return F.gelu(z, approximate="tanh")
-
-
-def linear_once(layer, x, act=None, residual=None):
-    """act(x W^T + b) + residual in float32 from x's bf16 operands, rounded once to x's dtype."""
-    y = F.linear(x.float(), layer.weight.float(), None if layer.bias is None else layer.bias.float())
-    y = y if act is None else act(y)
-    return (y if residual is None else y + residual.float()).to(x.dtype)
+FLOORS = ("cpu", "compile", "kernels", "flash", "order")
 
 
 # Module names follow dptrain's layers (layers/transformer_block.cpp, attention.cpp, gpt.cpp), so that
@@ -98,15 +76,13 @@ class CausalSelfAttention(nn.Module):
         self.dropout = dropout
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, residual):
+    def forward(self, x):
         b, t, d = x.shape
-        q, k, v = (linear_once(self.qkv, x) if one_rounding(x) else self.qkv(x)).split(d, dim=2)
+        q, k, v = self.qkv(x).split(d, dim=2)
         q, k, v = (z.view(b, t, self.h, d // self.h).transpose(1, 2) for z in (q, k, v))
         p = self.dropout if self.training else 0.0
-        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p).transpose(1, 2).reshape(b, t, d)
-        if one_rounding(y):
-            return linear_once(self.proj, y, residual=residual)
-        return residual + self.drop(self.proj(y))
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True, dropout_p=p)
+        return self.drop(self.proj(y.transpose(1, 2).reshape(b, t, d)))
 
 
 class FeedForward(nn.Module):
@@ -116,11 +92,8 @@ class FeedForward(nn.Module):
         self.proj = nn.Linear(4 * d, d, bias=bias)
         self.drop = nn.Dropout(dropout)
 
-    def forward(self, x, residual):
-        if one_rounding(x):
-            h = linear_once(self.fc, x, act=gelu_tanh)
-            return linear_once(self.proj, h, residual=residual)
-        return residual + self.drop(self.proj(gelu_tanh(self.fc(x))))
+    def forward(self, x):
+        return self.drop(self.proj(F.gelu(self.fc(x), approximate="tanh")))
 
 
 class Block(nn.Module):
@@ -132,8 +105,8 @@ class Block(nn.Module):
         self.mlp = FeedForward(d, bias, dropout)
 
     def forward(self, x):
-        x = self.attn(self.ln1(x), residual=x)
-        return self.mlp(self.ln2(x), residual=x)
+        x = x + self.attn(self.ln1(x))
+        return x + self.mlp(self.ln2(x))
 
 
 class GPT(nn.Module):
@@ -176,11 +149,6 @@ class MLP(nn.Sequential):
                          nn.Linear(dims[-1], classes))
 
     def forward(self, x, targets):
-        if one_rounding(x):
-            layers = list(self)
-            for linear, act in zip(layers[:-1:2], layers[1::2]):
-                x = linear_once(linear, x, act=act)
-            return F.cross_entropy(linear_once(layers[-1], x).float(), targets)
         return F.cross_entropy(super().forward(x).float(), targets)
 
 
@@ -388,11 +356,9 @@ def permute_units(model, seed):
     return first
 
 
-def run(name, cfg, args, device, compile_model, kernels=False, flash=False, order=None, unit_seed=None, epilogue=False,
+def run(name, cfg, args, device, compile_model, kernels=False, flash=False, order=None, unit_seed=None,
         start=None, group=None, role=None):
     """One training run of `args.steps` timed steps after `args.warmup`; its JSON result."""
-    global ONE_ROUNDING
-    ONE_ROUNDING = epilogue
     torch.manual_seed(0)
     world, rank = (dist.get_world_size(), dist.get_rank()) if dist.is_initialized() else (1, 0)
     model = (GPT(**cfg) if cfg["kind"] == "gpt" else MLP(**cfg))  # initialised on the CPU: the same on any device
@@ -484,7 +450,7 @@ def run(name, cfg, args, device, compile_model, kernels=False, flash=False, orde
     system = (compiled if compile_model else "pytorch-eager") + ("-bf16-pure" if pure else "") + \
         ("-kernels" if kernels else "") + ("-flash" if flash else "") + \
         ("" if order is None else "-reversed" if order == "reverse" else f"-permuted{order}") + \
-        ("" if unit_seed is None else f"-units{unit_seed}") + ("-epilogue" if epilogue else "") + \
+        ("" if unit_seed is None else f"-units{unit_seed}") + \
         ("-cpu" if not cuda else "") + \
         ("+ddp" if world > 1 else "")
     result = dict(system=system, workload=name, precision=args.precision, world=world, batches=args.batches,
@@ -502,7 +468,7 @@ def run(name, cfg, args, device, compile_model, kernels=False, flash=False, orde
 
 
 def parse_floor(kind):
-    """A floor kind as (what, seed): (cpu | compile | kernels | flash | order | epilogue, None), (order, N) or
+    """A floor kind as (what, seed): (cpu | compile | kernels | flash | order, None), (order, N) or
     (units, N)."""
     head, colon, seed = kind.partition(":")
     if not colon and head in FLOORS:
@@ -554,8 +520,6 @@ def main():
     if "cpu" in args.floor and args.precision == "bf16":
         ap.error("--floor cpu compares float32 runs (bf16 autocast on a CPU is other arithmetic): use compile "
                  "or kernels")
-    if "epilogue" in args.floor and (args.precision != "bf16" or args.bf16 != "pure"):
-        ap.error("--floor epilogue moves where a bf16 model rounds: it needs --precision bf16 --bf16 pure")
     if "kernels" in args.floor and args.device != "cuda":
         ap.error("--floor kernels chooses other GPU kernels: it needs --device cuda")
     if "flash" in args.floor and (args.device != "cuda" or args.precision != "bf16"):
@@ -589,11 +553,6 @@ def main():
         for name, cfg in workloads:
             if cfg["kind"] != "gpt":
                 ap.error(f"--floor flash changes a GPT's attention; workload {name} is a {cfg['kind']}")
-    if "epilogue" in args.floor:
-        for name, cfg in workloads:
-            if cfg.get("dropout", 0.0) > 0:
-                ap.error(f"--floor epilogue adds each projection to the residual before rounding, with no dropout "
-                         f"between; workload {name} has dropout {cfg['dropout']}")
     start = Start(args.start, workloads[0][0]) if args.start else None
     for name, cfg in workloads:
         runs = [dict(device=device, compile_model=args.compile, group=group)]
@@ -604,8 +563,7 @@ def main():
                        "kernels": dict(kernels=True),
                        "flash": dict(flash=True),
                        "order": dict(order="reverse" if seed is None else seed),
-                       "units": dict(unit_seed=seed),
-                       "epilogue": dict(epilogue=True)}[what]
+                       "units": dict(unit_seed=seed)}[what]
             runs.append({**runs[0], **changed, "role": f"floor-{kind}"})
         if args.floor:
             runs[0]["role"] = "reference"

@@ -19,9 +19,6 @@
 #         flash    GPTs: attention through PyTorch's FlashAttention backend, where the reference takes PyTorch's
 #                  default (cuDNN's on an H200 with PyTorch 2.11): near-uniform attention at a GPT's first steps
 #                  makes the backend's arithmetic the largest choice PyTorch itself leaves open
-#         epilogue every Linear in float32 from its bf16 operands, rounded once after the bias, activation and
-#                  residual, as dptrain's fused GEMM epilogues round (eager PyTorch rounds the product first);
-#                  not in the default set: it asks how much of a gap one rounding fewer explains
 #   any   order    every batch's examples reversed: the same sums in another order; order:N a random
 #                  permutation from seed N
 #   MLP   units:N  the input features and hidden units permuted from seed N: the same function, every
@@ -291,13 +288,12 @@ for p in "${precisions[@]}"; do
   for w in "${workloads[@]}"; do
     IFS=, read -r -a kinds <<<"$(floor_kind "$w" "$p" repeat)"
     for f in "${kinds[@]}"; do
-      [[ "$f" =~ ^(cpu|compile|kernels|flash|epilogue|order|order:[0-9]+|units:[0-9]+)$ ]] ||
-        usage_error "unknown floor '$f' for $w $p (cpu compile kernels flash epilogue order order:N units:N)"
+      [[ "$f" =~ ^(cpu|compile|kernels|flash|order|order:[0-9]+|units:[0-9]+)$ ]] ||
+        usage_error "unknown floor '$f' for $w $p (cpu compile kernels flash order order:N units:N)"
       [[ "$f" != units:* || "$w" == mlp_* ]] || usage_error "the units floor permutes an MLP's units, not $w's"
       [[ "$f" != flash || "$w" != mlp_* ]] || usage_error "the flash floor changes a GPT's attention; $w has none"
       [[ "$p:$f" != fp32:flash ]] || usage_error "the flash floor runs PyTorch's bf16 attention kernels, not fp32 ($w)"
       [[ "$p:$f" != bf16:cpu ]] || usage_error "the cpu floor compares float32 runs, not bf16 ones ($w)"
-      [[ "$p:$f" != fp32:epilogue ]] || usage_error "the epilogue floor moves where bf16 rounds; fp32 runs do not round ($w)"
     done
   done
 done

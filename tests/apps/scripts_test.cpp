@@ -196,8 +196,8 @@ TEST(GpuConvergenceTable, ConsecutiveFloorSeedsAreShownAsARange) {
 }
 
 // Floor kinds are checked before anything runs: a units floor names an MLP's units, so a GPT is refused,
-// the flash floor changes a GPT's bf16 attention, so an MLP and fp32 are refused, the epilogue floor moves
-// bf16 roundings, so fp32 is refused, and a kind outside the list is named.
+// the flash floor changes a GPT's bf16 attention, so an MLP and fp32 are refused, and a kind outside the
+// list is named.
 TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
   const std::string script = quote(kSource + "/scripts/gpu-convergence.sh");
   auto expect_refused = [&](const std::string& settings, const std::string& message) {
@@ -213,8 +213,6 @@ TEST(GpuConvergenceSettings, FloorKindsAreCheckedBeforeAnythingRuns) {
                  "the flash floor changes a GPT's attention; mlp_92m has none");
   expect_refused("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,flash",
                  "the flash floor runs PyTorch's bf16 attention kernels, not fp32 (tiny_gpt)");
-  expect_refused("DPT_CONV_WORKLOADS=tiny_gpt DPT_CONV_PRECISIONS=fp32 DPT_CONV_FLOOR_FP32=cpu,epilogue",
-                 "the epilogue floor moves where bf16 rounds; fp32 runs do not round (tiny_gpt)");
 }
 
 // A workload is any configs/bench_NAME.yaml; a name without one is refused before anything runs.
