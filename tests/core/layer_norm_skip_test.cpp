@@ -1,8 +1,9 @@
 // dpt::layer_norm_and_skip (core/ops_norm.h): {layer_norm(x), x}, with the skip connection's gradient added
 // inside the LayerNorm backward kernel. Pinned here: float64 finite differences through both outputs; the
-// same gradients as the composition (layer_norm(x) and x used directly) on the CPU and on CUDA, for rows
-// the warp kernel takes (768 bf16) and rows it leaves to the block kernel (an odd width); and one output
-// alone still gets its gradient.
+// same gradients as the composition (layer_norm(x) and x used directly) on the CPU and on CUDA, for row
+// widths the warp kernels take (256 to 2,048 features: column sums in registers, and in shared memory at two
+// blocks an SM and at one) and rows they leave to the block kernel (an odd width); and one output alone
+// still gets its gradient.
 #include <gtest/gtest.h>
 
 #include <cmath>
@@ -84,7 +85,7 @@ TEST(LayerNormAndSkip, EitherOutputAloneGetsItsGradient) {
 
 TEST(CudaLayerNormAndSkip, MatchesTheCompositionOnTheWarpAndBlockKernels) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
-  for (int64_t n : {int64_t{768}, int64_t{37}}) {
+  for (int64_t n : {256, 512, 768, 1024, 1536, 2048, 37}) {
     for (DType dtype : {DType::Float32, DType::BFloat16}) {
       SCOPED_TRACE(std::to_string(n) + " columns, " + dtype_name(dtype));
       Generator gen(6);
