@@ -450,8 +450,7 @@ def run(name, cfg, args, device, compile_model, kernels=False, flash=False, orde
     system = (compiled if compile_model else "pytorch-eager") + ("-bf16-pure" if pure else "") + \
         ("-kernels" if kernels else "") + ("-flash" if flash else "") + \
         ("" if order is None else "-reversed" if order == "reverse" else f"-permuted{order}") + \
-        ("" if unit_seed is None else f"-units{unit_seed}") + \
-        ("-cpu" if not cuda else "") + \
+        ("" if unit_seed is None else f"-units{unit_seed}") + ("-cpu" if not cuda else "") + \
         ("+ddp" if world > 1 else "")
     result = dict(system=system, workload=name, precision=args.precision, world=world, batches=args.batches,
                   device=torch.cuda.get_device_name(device) if cuda else f"cpu ({torch.get_num_threads()} threads)",
