@@ -252,9 +252,14 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(MultiTensorArgs args, Sgd
       });
 }
 
+__device__ __forceinline__ float square_sum4(const float4& v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
+
 // Per-block sum of squares in float32 (tree within the block, fixed order), written to
 // partials[first_block + blockIdx.x]; the partials are then summed in double by one block. Memory-bound
 // (2 bytes per bf16 gradient): aligned tensors are read 4 elements per access, as the updates read them.
+// A whole aligned chunk issues all of a thread's loads before the first add: a thread that waited for each
+// load before issuing the next kept too few bytes in flight to cover HBM latency. The adds keep the order
+// of the element loop below (the same groups of 4 into the same accumulator), so the sum is the same bits.
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
@@ -262,16 +267,21 @@ __global__ void __launch_bounds__(kThreads)
   const ChunkRange c = chunk_of_block(args);
   const T* x = static_cast<const T*>(args.ptrs[0][c.tensor]);
   float acc = 0.f;
-  for_each_element(
-      args, c,
-      [&](int64_t i) {
-        const float4 v = load_grad4(x + i);
-        acc += v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w;
-      },
-      [&](int64_t i) {
-        const float xi = static_cast<float>(x[i]);
-        acc += xi * xi;
-      });
+  if (args.vector_ok[c.tensor] && c.end - c.begin == kChunk) {
+    constexpr int kLoads = kChunk / (4 * kThreads);
+    float4 v[kLoads];
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) v[j] = load_grad4(x + c.begin + 4 * (threadIdx.x + j * kThreads));
+#pragma unroll
+    for (int j = 0; j < kLoads; ++j) acc += square_sum4(v[j]);
+  } else {
+    for_each_element(
+        args, c, [&](int64_t i) { acc += square_sum4(load_grad4(x + i)); },
+        [&](int64_t i) {
+          const float xi = static_cast<float>(x[i]);
+          acc += xi * xi;
+        });
+  }
   shared[threadIdx.x] = acc;
   __syncthreads();
   for (int s = blockDim.x / 2; s > 0; s >>= 1) {
