@@ -157,10 +157,43 @@ struct Loader::Resident {
   size_t staging_bytes = 0;
   std::unique_ptr<cuda::CudaEvent> uploaded;
 
-  explicit Resident(int device) : uploaded(std::make_unique<cuda::CudaEvent>(false, device)) {}
+  // The next batch is gathered one step ahead on a stream of its own, beside the step that uses the
+  // current one, so the consumer's stream only waits for it. Ordering, as the copy stream's (loader.h):
+  // its tensors are allocated on the consumer's stream and `allocated` recorded there makes the gather
+  // stream wait; `gathered` makes the consumer's stream wait when the batch is handed out or dropped
+  // (its memory returns to the pool on that stream). `rows` keeps the epoch order it reads alive.
+  struct Ahead {
+    LoaderPosition position;
+    Batch batch;
+    Tensor rows;
+  };
+  cudaStream_t gather_stream = nullptr;
+  std::unique_ptr<cuda::CudaEvent> allocated;
+  std::unique_ptr<cuda::CudaEvent> gathered;
+  std::optional<Ahead> ahead;
+
+  explicit Resident(int device)
+      : uploaded(std::make_unique<cuda::CudaEvent>(false, device)),
+        gather_stream(cuda::create_stream(device, 0)),
+        allocated(std::make_unique<cuda::CudaEvent>(false, device)),
+        gathered(std::make_unique<cuda::CudaEvent>(false, device)) {}
   ~Resident() {
     uploaded->synchronize();  // no pinned buffer may be freed under a running copy
+    gathered->synchronize();  // nor the batch gathered ahead under its gather
     cuda::free_pinned(staging);
+    ahead.reset();
+    cuda::destroy_stream(gather_stream);
+  }
+
+  // The batch gathered ahead when it is the one at `position` (the consumer's stream waits for it), else
+  // nothing; a batch gathered ahead for another position is dropped.
+  std::optional<Batch> take_ahead(LoaderPosition position) {
+    if (!ahead) return std::nullopt;
+    gathered->wait(cuda::current_stream());
+    std::optional<Batch> batch;
+    if (ahead->position == position) batch = std::move(ahead->batch);
+    ahead.reset();
+    return batch;
   }
 
   // `values` as an int64 tensor on `device`, ordered on the current stream like any kernel there.
@@ -320,6 +353,7 @@ void Loader::start_worker(LoaderPosition from) {
 void Loader::stop_worker() {
 #ifdef DPT_HAVE_CUDA
   if (stage_) stage_->drop_ahead();
+  if (resident_) resident_->take_ahead({-1, -1});
 #endif
   if (!worker_) return;
   {
@@ -341,8 +375,7 @@ void Loader::set_position(LoaderPosition position) {
   start_worker(position_);
 }
 
-Batch Loader::resident_next() {
-  const LoaderPosition p = position_;
+Tensor Loader::resident_rows(LoaderPosition p) {
   if (resident_->order_epoch != p.epoch) {
 #ifdef DPT_HAVE_CUDA
     resident_->order = resident_->upload(sampler_->epoch_indices(p.epoch), options_.device);
@@ -350,16 +383,54 @@ Batch Loader::resident_next() {
 #endif
   }
   const int64_t begin = p.batch * options_.batch_size;
-  const Tensor rows = resident_->order.slice(begin, std::min(resident_->order.size(0), begin + options_.batch_size));
-  const auto gathered = [&](const Tensor& source) {
+  return resident_->order.slice(begin, std::min(resident_->order.size(0), begin + options_.batch_size));
+}
+
+Batch Loader::resident_batch(const Tensor& rows) const {
+  const auto empty = [&](const Tensor& source) {
     Shape shape = source.shape();
     shape[0] = rows.size(0);
-    Tensor out = Tensor::empty(shape, TensorOptions{}.with_dtype(source.dtype()).with_device(options_.device));
-    kernels::gather_rows(source, rows, out);
-    return out;
+    return Tensor::empty(shape, TensorOptions{}.with_dtype(source.dtype()).with_device(options_.device));
   };
+  return {empty(resident_->inputs), empty(resident_->targets)};
+}
+
+void Loader::gather_resident(const Tensor& rows, const Batch& into) const {
+  kernels::gather_rows(resident_->inputs, rows, into.input);
+  kernels::gather_rows(resident_->targets, rows, into.target);
+}
+
+Batch Loader::resident_next() {
+  const LoaderPosition p = position_;
   position_ = advance(p);
-  return {gathered(resident_->inputs), gathered(resident_->targets)};
+#ifdef DPT_HAVE_CUDA
+  Resident& r = *resident_;
+  std::optional<Batch> ahead = r.take_ahead(p);
+  Batch batch;
+  if (ahead) {
+    batch = std::move(*ahead);
+  } else {
+    const Tensor rows = resident_rows(p);
+    batch = resident_batch(rows);
+    gather_resident(rows, batch);
+  }
+  const Tensor rows = resident_rows(position_);
+  Batch next = resident_batch(rows);
+  r.allocated->record();
+  {
+    cuda::StreamGuard on_gather_stream(r.gather_stream);
+    r.allocated->wait(r.gather_stream);
+    gather_resident(rows, next);
+    r.gathered->record(r.gather_stream);
+  }
+  r.ahead = Resident::Ahead{position_, std::move(next), rows};
+  return batch;
+#else
+  const Tensor rows = resident_rows(p);
+  Batch batch = resident_batch(rows);
+  gather_resident(rows, batch);
+  return batch;
+#endif
 }
 
 Batch Loader::next() {

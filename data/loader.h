@@ -3,9 +3,9 @@
 //
 // A dataset of tensors in memory (TensorDataset) that fits `resident_bytes` is copied to a CUDA device
 // once and stays there: each batch is its rows gathered on the device, by the epoch's visiting order
-// (uploaded once an epoch from page-locked memory, the host not waiting), on the consumer's stream. No
-// host work or transfer per step; the same bytes as the host path. Any other dataset goes through the
-// background thread below.
+// (uploaded once an epoch from page-locked memory, the host not waiting), one batch ahead on a stream of
+// its own, beside the step that uses the batch before it. No host work or transfer per step; the same
+// bytes as the host path. Any other dataset goes through the background thread below.
 //
 // A background thread walks the sampler's indices epoch after epoch, gathers batches from the
 // dataset and keeps up to `prefetch` of them ready. For a CUDA device each prepared batch is copied
@@ -74,6 +74,9 @@ class Loader {
   struct Resident;     // the dataset's tensors on the device and the epoch's order there
 
   Batch resident_next();
+  Tensor resident_rows(LoaderPosition p);  // batch p's rows of the epoch order (uploaded when new)
+  Batch resident_batch(const Tensor& rows) const;
+  void gather_resident(const Tensor& rows, const Batch& into) const;  // on the current stream
 
   LoaderPosition advance(LoaderPosition p) const;
   void start_worker(LoaderPosition from);

@@ -117,6 +117,33 @@ TEST(LoaderOnGpu, AResidentDatasetStartsAnEpochWithoutWaitingForTheDevice) {
   EXPECT_FALSE(gate.waited_out) << "next() waited for the device at the epoch boundary";
   EXPECT_EQ(first_of_epoch_1.target.to_vector<int64_t>(), loader.host_batch({1, 0}).target.to_vector<int64_t>());
 }
+
+// The next batch is gathered ahead, beside the step that uses the current one: with the consumer's stream
+// held, the batch next() hands out is already complete, read here on another stream.
+TEST(LoaderOnGpu, AResidentDatasetGathersTheNextBatchBesideTheConsumersStream) {
+  if (!dpt::cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  const int64_t n = 16;
+  auto ds = labelled(n, 3, 0.5f, 100);
+  Loader loader(ds, std::make_shared<RandomSampler>(n, 7), {.batch_size = 4, .device = Device::cuda(0)});
+  loader.next();
+  dpt::cuda::synchronize();
+
+  StreamGate gate;
+  ASSERT_EQ(cudaLaunchHostFunc(dpt::cuda::current_stream(0), &StreamGate::hold, &gate), cudaSuccess);
+  const Batch second = loader.next();
+  cudaStream_t reader = dpt::cuda::create_stream(0);
+  std::vector<int64_t> got;
+  {
+    dpt::cuda::StreamGuard on_reader(reader);
+    got = second.target.to_vector<int64_t>();
+  }
+  gate.open = true;
+  dpt::cuda::synchronize();
+  dpt::cuda::destroy_stream(reader);
+  EXPECT_FALSE(gate.waited_out) << "next() or reading the batch waited for the consumer's stream";
+  EXPECT_EQ(got, loader.host_batch({0, 1}).target.to_vector<int64_t>());
+  EXPECT_EQ(loader.next().target.to_vector<int64_t>(), loader.host_batch({0, 2}).target.to_vector<int64_t>());
+}
 #endif
 
 }  // namespace
