@@ -188,12 +188,16 @@ struct Loader::Resident {
   // The batch gathered ahead when it is the one at `position` (the consumer's stream waits for it), else
   // nothing; a batch gathered ahead for another position is dropped.
   std::optional<Batch> take_ahead(LoaderPosition position) {
-    if (!ahead) return std::nullopt;
-    gathered->wait(cuda::current_stream());
     std::optional<Batch> batch;
-    if (ahead->position == position) batch = std::move(ahead->batch);
-    ahead.reset();
+    if (ahead && ahead->position == position) batch = std::move(ahead->batch);
+    drop_ahead();
     return batch;
+  }
+
+  void drop_ahead() {
+    if (!ahead) return;
+    gathered->wait(cuda::current_stream());
+    ahead.reset();
   }
 
   // `values` as an int64 tensor on `device`, ordered on the current stream like any kernel there.
@@ -353,7 +357,7 @@ void Loader::start_worker(LoaderPosition from) {
 void Loader::stop_worker() {
 #ifdef DPT_HAVE_CUDA
   if (stage_) stage_->drop_ahead();
-  if (resident_) resident_->take_ahead({-1, -1});
+  if (resident_) resident_->drop_ahead();
 #endif
   if (!worker_) return;
   {
