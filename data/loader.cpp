@@ -407,17 +407,16 @@ void Loader::gather_resident(const Tensor& rows, const Batch& into) const {
 Batch Loader::resident_next() {
   const LoaderPosition p = position_;
   position_ = advance(p);
+  const auto gather_now = [this](LoaderPosition at) {
+    const Tensor rows = resident_rows(at);
+    Batch batch = resident_batch(rows);
+    gather_resident(rows, batch);
+    return batch;
+  };
 #ifdef DPT_HAVE_CUDA
   Resident& r = *resident_;
   std::optional<Batch> ahead = r.take_ahead(p);
-  Batch batch;
-  if (ahead) {
-    batch = std::move(*ahead);
-  } else {
-    const Tensor rows = resident_rows(p);
-    batch = resident_batch(rows);
-    gather_resident(rows, batch);
-  }
+  Batch batch = ahead ? std::move(*ahead) : gather_now(p);
   const Tensor rows = resident_rows(position_);
   Batch next = resident_batch(rows);
   r.allocated->record();
@@ -430,10 +429,7 @@ Batch Loader::resident_next() {
   r.ahead = Resident::Ahead{position_, std::move(next), rows};
   return batch;
 #else
-  const Tensor rows = resident_rows(p);
-  Batch batch = resident_batch(rows);
-  gather_resident(rows, batch);
-  return batch;
+  return gather_now(p);
 #endif
 }
 
