@@ -657,6 +657,52 @@ TEST_F(CudaLinearOp, ActivationBackwardSumsTheBiasGradientInTheSamePass) {
 #endif
 }
 
+// GELU's backward pass against its float64 derivative d: every bf16 dpre within one rounding step of the
+// correctly rounded g * d where |d| >= 1e-2, and 99% of them exactly it (a float32 evaluation misses only
+// products within its error of a rounding boundary). In the left tail 1 + tanh(u) nears float32's spacing
+// near -1, so there d is only within float32's absolute error (5e-6 here), as in every float32 GELU. x spans
+// both tails and the steep middle.
+TEST_F(CudaLinearOp, GeluBackwardIsTheFloat64DerivativeRoundedOnce) {
+#ifdef DPT_HAVE_CUDA
+  const Device gpu = Device::cuda(0);
+  const int64_t n = 1 << 16;
+  Tensor x = mul(normal({n}), 3.0).to(DType::BFloat16);
+  Tensor g = normal({n}).to(DType::BFloat16);
+  Tensor dpre = Tensor::empty({n}, g.options().with_device(gpu));
+  cuda_kernels::activation_backward(g.to(gpu), x.to(gpu), dpre, cuda_kernels::LtActivation::Gelu);
+  const std::vector<double> xs = x.to(DType::Float64).to_vector<double>();
+  const std::vector<double> gs = g.to(DType::Float64).to_vector<double>();
+  const std::vector<double> got = dpre.to(Device::cpu()).to(DType::Float64).to_vector<double>();
+  Tensor want_f64 = Tensor::empty({n}, kF64);
+  std::vector<double> d(static_cast<size_t>(n));
+  for (int64_t i = 0; i < n; ++i) {
+    const double v = xs[i], k = 0.7978845608028654, c = 0.044715;
+    const double t = std::tanh(k * (v + c * v * v * v));
+    d[i] = 0.5 * (1 + t) + 0.5 * v * (1 - t * t) * k * (1 + 3 * c * v * v);
+    want_f64.data<double>()[i] = gs[i] * d[i];
+  }
+  const std::vector<double> want = want_f64.to(DType::BFloat16).to(DType::Float64).to_vector<double>();
+  int64_t resolved = 0, exact = 0;
+  double worst = 0, worst_tail = 0;  // relative error where |d| >= 1e-2; tail error over its bound
+  for (int64_t i = 0; i < n; ++i) {
+    const double err = std::abs(got[i] - want[i]);
+    if (std::abs(d[i]) < 1e-2) {
+      worst_tail = std::max(worst_tail, err / (5e-6 * std::abs(gs[i]) + std::abs(want[i]) / 128 + 1e-30));
+      continue;
+    }
+    ++resolved;
+    exact += got[i] == want[i];
+    worst = std::max(worst, err / std::max(std::abs(want[i]), 1e-30));
+  }
+  std::printf("[ gelu bwd ] %lld of %lld exactly rounded where |d| >= 1e-2, worst %.3g; tail %.3g of its bound\n",
+              static_cast<long long>(exact), static_cast<long long>(resolved), worst, worst_tail);
+  EXPECT_GT(resolved, n / 2);
+  EXPECT_LE(worst, 1.0 / 128) << "more than one bf16 step from the rounded derivative";
+  EXPECT_LE(worst_tail, 1.0) << "beyond float32's absolute error where the derivative is tiny";
+  EXPECT_GE(exact, resolved - resolved / 100) << "too many products rounded away from the float64 derivative";
+#endif
+}
+
 // A weight's first gradient since zero_grad() goes straight from the GEMM into its gradient buffer (a view
 // of a bucket, core/autograd.h first_grad_buffer): bit for bit what the GEMM gives through a fresh tensor
 // (after zero_grad(set_to_none)), in the buffer installed, with its neighbours untouched and each hook
