@@ -177,8 +177,8 @@ bool activation_backward_bias(const Tensor& grad_out, const Tensor& saved, const
   cuda::DeviceGuard guard(device);
   KernelTimer timer("linear_activation_backward_bias", true);
   cudaStream_t stream = cuda::current_stream(device);
-  // The chunk count fixes the bias gradient's summation order: about 1,024 threads per SM in all for
-  // every 32 V columns, chunks of at least 64 rows (8 per row lane).
+  // The chunk count fixes the bias gradient's summation order: enough chunks for about 4 x 256 threads an SM
+  // over the row's groups of 32 V columns, each chunk at least 64 rows (8 per row lane).
   const int64_t col_groups = (n + 32 * V - 1) / (32 * V);
   const int64_t want = (4 * static_cast<int64_t>(sm_count(device)) + col_groups - 1) / col_groups;
   const int64_t chunks = std::max<int64_t>(1, std::min<int64_t>({want, (m + 63) / 64, 65535}));
