@@ -11,6 +11,20 @@ function(dpt_set_warnings target)
   endif()
 endfunction()
 
+# dpt_glue_optimization(target TEST|PROGRAM): tests, and in the sanitizer build the programs, are glue
+# around the libraries, which keep the build's optimisation level: the code under test runs as built. The
+# glue is compiled at a lower level because a clean build is mostly test and program sources (GoogleTest,
+# CLI11 and JSON instantiated in every file) and the optimiser takes most of their compile time: about
+# 0.6x of -O3's time at -O1 with GCC, 0.45x of -O1's at -O0 with clang's sanitizers. Release: tests at -O1;
+# sanitizer build (libraries at -O1): tests and programs at -O0.
+function(dpt_glue_optimization target kind)
+  if(DPT_SANITIZE)
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
+  elseif(kind STREQUAL "TEST")
+    target_compile_options(${target} PRIVATE $<$<AND:$<COMPILE_LANGUAGE:CXX>,$<CONFIG:Release>>:-O1>)
+  endif()
+endfunction()
+
 if(DPT_SANITIZE)
   add_compile_options($<$<COMPILE_LANGUAGE:CXX>:-fsanitize=address,undefined> $<$<COMPILE_LANGUAGE:CXX>:-fno-omit-frame-pointer>)
   add_link_options(-fsanitize=address,undefined)
