@@ -47,13 +47,16 @@ train_ms() {  # train_ms WORKLOAD GPUS TAG [OVERRIDE...]: dpt-train's median log
   python3 "$root/bench/logged.py" median "$run/metrics.jsonl" step_ms
 }
 
+# dpt-bench runs as long as dpt-train and leaves out as many first steps: a GPU kept at full load settles
+# within seconds at a lower clock under its power limit, so a shorter benchmark run would be timed at a
+# clock that a training run does not keep (docs/benchmarks.md).
 bench_ms() {  # bench_ms WORKLOAD GPUS [FLAG...]: dpt-bench train's median step (ms), or NA
-  local w="$1" n="$2" steps=60
+  local w="$1" n="$2" steps=380 warmup=20
   shift 2
-  [[ "$w" != gpt2_124m ]] || steps=20
+  [[ "$w" != gpt2_124m ]] || { steps=70; warmup=10; }
   local log="$out/bench_${w}_${n}_$#.log"
   # shellcheck disable=SC2046  # the flags are words
-  launch "$n" "$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup 5 $(best_flags "$w" "$n") "$@" \
+  launch "$n" "$bin/dpt-bench" train --workload "$w" --steps "$steps" --warmup "$warmup" $(best_flags "$w" "$n") "$@" \
     >"$log" 2>&1
   python3 "$root/bench/logged.py" bench "$log"
 }
