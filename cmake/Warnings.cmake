@@ -14,9 +14,9 @@ endfunction()
 # dpt_glue_optimization(target TEST|PROGRAM): tests, and in the sanitizer build the programs, are glue
 # around the libraries, which keep the build's optimisation level: the code under test runs as built. The
 # glue is compiled at a lower level because a clean build is mostly test and program sources (GoogleTest,
-# CLI11 and JSON instantiated in every file) and the optimiser takes most of their compile time: about
-# 0.6x of -O3's time at -O1 with GCC, 0.45x of -O1's at -O0 with clang's sanitizers. Release: tests at -O1;
-# sanitizer build (libraries at -O1): tests and programs at -O0.
+# CLI11 and JSON instantiated in every file) and the optimiser takes most of their compile time; one level
+# down roughly halves it (docs/testing.md). Release: tests at -O1; sanitizer build (libraries at -O1):
+# tests and programs at -O0.
 function(dpt_glue_optimization target kind)
   if(DPT_SANITIZE)
     target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:-O0>)
