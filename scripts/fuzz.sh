@@ -26,25 +26,39 @@ DPT_ASAN_BUILD_DIR="$build" "$root/scripts/sanitize.sh" --build "${targets[@]/#/
 mkdir -p "$build/findings"
 export ASAN_OPTIONS="${ASAN_OPTIONS:-detect_leaks=1:abort_on_error=1}"
 export UBSAN_OPTIONS="${UBSAN_OPTIONS:-print_stacktrace=1:halt_on_error=1}"
+# One target a core at a time: each fuzzer is one process on one core, so the targets' time is the same and
+# the wall time shrinks.
+fuzz_target() {  # fuzz_target NAME: writes its exit status to <build>/fuzz-NAME.status
+  local t="$1" scratch="$build/corpus/$1" seeds=() dict=()
+  mkdir -p "$scratch"
+  [[ -d "$root/fuzz/corpus/$t" ]] && seeds=("$root/fuzz/corpus/$t")
+  [[ -f "$root/fuzz/$t.dict" ]] && dict=("-dict=$root/fuzz/$t.dict")
+  # -rss_limit_mb: a reader that allocates what a header claims instead of checking it first is a finding.
+  local rc=0
+  "$build/bin/dpt_fuzz_$t" "$scratch" "${seeds[@]}" "${dict[@]}" -max_total_time="$seconds" -timeout=10 \
+    -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$build/findings/$t-" -print_final_stats=1 \
+    2>"$build/fuzz-$t.log" || rc=$?
+  echo "$rc" >"$build/fuzz-$t.status"
+}
+cores="$(nproc)"
+for t in "${targets[@]}"; do
+  while (($(jobs -rp | wc -l) >= cores)); do wait -n || true; done
+  echo "== fuzzing $t for ${seconds}s"
+  rm -f "$build/fuzz-$t.status"
+  fuzz_target "$t" &
+done
+wait
+
 findings=0
 inputs=0
 for t in "${targets[@]}"; do
-  scratch="$build/corpus/$t"
-  mkdir -p "$scratch"
-  seeds=()
-  [[ -d "$root/fuzz/corpus/$t" ]] && seeds=("$root/fuzz/corpus/$t")
-  dict=()
-  [[ -f "$root/fuzz/$t.dict" ]] && dict=("-dict=$root/fuzz/$t.dict")
-  echo "== fuzzing $t for ${seconds}s"
-  # -rss_limit_mb: a reader that allocates what a header claims instead of checking it first is a finding.
-  if ! "$build/bin/dpt_fuzz_$t" "$scratch" "${seeds[@]}" "${dict[@]}" -max_total_time="$seconds" -timeout=10 \
-       -rss_limit_mb=2048 -max_len=65536 -artifact_prefix="$build/findings/$t-" -print_final_stats=1 \
-       2>"$build/fuzz-$t.log"; then
+  if [[ "$(cat "$build/fuzz-$t.status" 2>/dev/null)" != 0 ]]; then
     echo "fuzz.sh: $t FAILED; reproducer and log:" >&2
     ls "$build/findings/" | grep "^$t-" >&2 || true
     tail -40 "$build/fuzz-$t.log" >&2
     findings=$((findings + 1))
   else
+    echo "== $t"
     grep -E "stat::number_of_executed_units|stat::new_units_added" "$build/fuzz-$t.log" | sed "s/^/   /"
   fi
   runs="$(grep -oE 'stat::number_of_executed_units: *[0-9]+' "$build/fuzz-$t.log" | grep -oE '[0-9]+$' || true)"
