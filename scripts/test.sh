@@ -3,7 +3,7 @@
 #   1. builds dptrain into build/ (or $DPT_BUILD_DIR) and runs every test; GPU tests skip without a GPU;
 #   2. the AddressSanitizer + UndefinedBehaviorSanitizer build of the same CPU suite, with clang, in
 #      build-asan/ (scripts/sanitize.sh);
-#   3. every libFuzzer target of fuzz/ for $DPT_FUZZ_SECONDS (default 20) seconds, seeded from
+#   3. every libFuzzer target of fuzz/ for $DPT_FUZZ_SECONDS (default 10) seconds, seeded from
 #      fuzz/corpus/, built in the same build-asan/ (scripts/fuzz.sh).
 # DPT_TEST_QUICK=1 runs only the first part (for a quick check while developing; CI never sets it).
 # Extra arguments go to CMake for the first build. The last lines summarise the three parts; the exit
@@ -13,7 +13,7 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 build="${DPT_BUILD_DIR:-$root/build}"
 asan_build="${DPT_ASAN_BUILD_DIR:-$root/build-asan}"
 quick="${DPT_TEST_QUICK:-0}"
-fuzz_seconds="${DPT_FUZZ_SECONDS:-20}"
+fuzz_seconds="${DPT_FUZZ_SECONDS:-10}"
 export DPT_ASAN_BUILD_DIR="$asan_build"
 
 # run_ctest_part LOG CMD...: runs a part whose output ends in CTest's, keeping it in LOG, and sets
