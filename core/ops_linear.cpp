@@ -30,14 +30,9 @@
 // Which activations are absorbed is a measured choice (linear_absorbs, core/ops.h): ReLU by default;
 // GELU only on request, because cuBLASLt runs its DGELU_BGRAD as a slow separate pass on Hopper.
 //
-// A weight with a LinearGradProvider (core/linear_grad_provider.h) gets neither dW nor db from here: the
-// provider sees x in forward and dpre in backward, and forms them itself (on both paths above); any
-// linear op lets the provider finish writing W before reading it (before_read).
-#include <atomic>
-#include <cstdlib>
+// The CUDA pieces are public (core/linear_fused.h) for ops that form W's and b's gradients another way.
 #include <memory>
 #include <mutex>
-#include <string>
 #include <unordered_map>
 
 #include "core/autograd.h"
@@ -45,7 +40,7 @@
 #include "core/flags.h"
 #include "core/grad_column_sums.h"
 #include "core/kernels.h"
-#include "core/linear_grad_provider.h"
+#include "core/linear_fused.h"
 #include "core/op_helpers.h"
 #include "core/ops.h"
 
@@ -78,41 +73,8 @@ Tensor linear_composed(const Tensor& x, const Tensor& weight, const Tensor& bias
   return x.dim() == 1 ? y.reshape({weight.size(0)}) : y;
 }
 
-// The composition with W and b detached and an identity op on x W^T + b whose backward hands its
-// gradient to the provider; autograd still forms dx through the matmul. The tap lists W among its
-// inputs (its gradient: none) so that it is recorded even when x requires no gradient.
-Tensor linear_provided(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
-                       std::shared_ptr<LinearGradProvider> provider) {
-  Tensor in = x.dim() == 1 ? x.reshape({1, x.size(0)}) : x;
-  const int64_t k = weight.size(1), n = weight.size(0);
-  provider->on_input(in.detach().contiguous().reshape({in.numel() / k, k}));  // the rows, as the provider takes them
-  Tensor pre = matmul(in, weight.detach(), false, true);
-  if (bias.defined()) pre = pre + bias.detach();
-  Tensor tapped = pre.detach();
-  record_op("LinearGradTap", {pre, weight}, {tapped}, [provider, n](const std::vector<Tensor>& grads) {
-    provider->on_output_grad(grads[0].contiguous().reshape({grads[0].numel() / n, n}));
-    return std::vector<Tensor>{grads[0], Tensor()};
-  });
-  Tensor y = activate(tapped, act);
-  return x.dim() == 1 ? y.reshape({weight.size(0)}) : y;
-}
-
 #ifdef DPT_HAVE_CUDA
 namespace ck = cuda_kernels;
-
-// What a fused forward keeps for backward. All detached; x is the [m, k] contiguous input.
-struct FusedSaved {
-  Tensor x, weight, bias;
-  Tensor weight_leaf;     // W itself when it is a leaf: dW may go straight into its gradient buffer
-  Tensor aux;             // GELU: pre-activation [m, n]; ReLU: bit mask (DRELU reads it); None: undefined
-  Tensor out;             // ReLU only: the [m, n] output its elementwise backward reads. Other activations keep
-                          // no reference to it, so a big output (a language-model head's logits) is freed as
-                          // soon as its consumers are done with it instead of living until this op's backward.
-  TensorOptions options;  // dtype and device of out and of the gradients
-  std::shared_ptr<LinearGradProvider> provider;  // forms dW and db instead of param_grads (see the top)
-  Activation act = Activation::None;
-  int64_t m = 0, n = 0, k = 0;
-};
 
 // A fused linear with an activation that a following linear may absorb (see the top). Owned by the
 // producer's backward closure (and by an absorbing consumer's); the registry maps the producer's
@@ -122,7 +84,7 @@ std::mutex g_registry_mutex;
 std::unordered_map<const Node*, std::weak_ptr<Absorbable>> g_registry;
 
 struct Absorbable {
-  std::shared_ptr<const FusedSaved> saved;
+  std::shared_ptr<const FusedLinear> saved;
   Tensor x, weight, bias;  // the producer's inputs as given, with their autograd identity (edges)
   std::weak_ptr<Node> node;
   const Node* key = nullptr;
@@ -155,35 +117,12 @@ bool is_fusable_dtype(DType d) { return d == DType::Float32 || d == DType::BFloa
 
 Tensor rows_view(const Tensor& t, int64_t m, int64_t n) { return detail::contiguous_data(t).reshape({m, n}); }
 
-// dpre = dy * act'(pre), one pass; dy itself for act = None. Given `gb`, that pass also forms the bias
-// gradient when its kernel takes the case (*gb then defined): no second pass over dpre for it.
-Tensor pre_activation_grad(const FusedSaved& s, const Tensor& grad_out, Tensor* gb = nullptr) {
-  if (s.act == Activation::None) return grad_out;
-  Tensor g = Tensor::empty({s.m, s.n}, s.options);
-  const bool gelu = s.act == Activation::Gelu;
-  const Tensor& saved = gelu ? s.aux : s.out;
-  const ck::LtActivation act = gelu ? ck::LtActivation::Gelu : ck::LtActivation::Relu;
-  if (gb) {
-    Tensor b = Tensor::empty({s.n}, s.bias.options());
-    if (ck::activation_backward_bias(grad_out, saved, g, b, act)) {
-      *gb = b;
-      return g;
-    }
-  }
-  ck::activation_backward(grad_out, saved, g, act);
-  return g;
-}
-
 // dW = dpre^T x through cuBLASLt (a plain GEMM when it refuses), and db = column sums of dpre from core's
 // reduction. cuBLASLt's BGRADB epilogue would fold db into the GEMM, but on Hopper it runs as a separate
 // kernel after the GEMM that re-reads dpre, so it is no saving over the reduction. A first gradient since
 // zero_grad() is written straight into W's gradient buffer (core/autograd.h first_grad_buffer), the same
 // GEMM on the same operands: *gw then stays undefined.
-void param_grads(const FusedSaved& s, const Tensor& gpre, bool need_w, bool need_b, Tensor* gw, Tensor* gb) {
-  if (s.provider) {
-    s.provider->on_output_grad(gpre);
-    return;
-  }
+void param_grads(const FusedLinear& s, const Tensor& gpre, bool need_w, bool need_b, Tensor* gw, Tensor* gb) {
   if (need_w) {
     ck::LtGemmArgs args;
     args.m = s.n;
@@ -202,101 +141,23 @@ void param_grads(const FusedSaved& s, const Tensor& gpre, bool need_w, bool need
   if (need_b && s.bias.defined()) *gb = sum(gpre, 0);
 }
 
-// The producer's dpre (and db) straight from dh = grad_pre2 W2, with DGELU/DRELU(_BGRAD) reading the
-// producer's aux; falls back to the GEMM and the elementwise pass. `gb` is filled when need_b.
-Tensor absorbed_pre_grad(const FusedSaved& p, const Tensor& grad_pre2, const Tensor& w2, bool need_b, Tensor* gb) {
-  need_b = need_b && p.bias.defined();
-  Tensor gpre = Tensor::empty({p.m, p.n}, p.options);
-  ck::LtGemmArgs args;
-  args.m = p.m;
-  args.n = p.n;
-  args.k = w2.size(0);
-  args.epilogue = p.act == Activation::Gelu ? ck::LtEpilogue::DGelu : ck::LtEpilogue::DRelu;
-  args.aux = p.aux;
-  if (need_b) args.bias = Tensor::empty({p.n}, p.bias.options());
-  if (ck::gemm_lt_supported(grad_pre2, w2, gpre, args) && ck::gemm_lt(grad_pre2, w2, gpre, args)) {
-    if (need_b) *gb = args.bias;
-    return gpre;
-  }
-  gpre = pre_activation_grad(p, matmul(grad_pre2, w2));
-  if (need_b) *gb = sum(gpre, 0);
-  return gpre;
-}
-
-// The fused forward, or an undefined tensor when it cannot run (the caller composes instead). A defined
-// `residual` (act None only) is added inside the GEMM: out = residual + x W^T + b.
+// The fused op, or an undefined tensor when the fused forward cannot run (the caller composes instead). A
+// defined `residual` (act None only) is added inside the GEMM: out = residual + x W^T + b.
 Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act,
                    const Tensor& residual = {}) {
-  const DType dt = x.dtype();
-  if (!is_fusable_dtype(dt) || weight.dtype() != dt || weight.device() != x.device() || !weight.is_contiguous())
-    return {};
-  if (bias.defined() && (bias.dtype() != dt || bias.device() != x.device() || !bias.is_contiguous())) return {};
-  const int64_t k = weight.size(1), n = weight.size(0);
-  const int64_t m = x.numel() / k;
-  if (m == 0) return {};
-  if (residual.defined() && (act != Activation::None || residual.dtype() != dt || residual.device() != x.device() ||
-                             !residual.is_contiguous() || residual.numel() != m * n))
-    return {};
-
-  auto saved = std::make_shared<FusedSaved>();
-  saved->x = rows_view(x.detach(), m, k);
-  saved->weight = weight.detach();
-  if (bias.defined()) saved->bias = bias.detach();
-  saved->act = act;
-  saved->m = m;
-  saved->n = n;
-  saved->k = k;
-  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
-  out_shape.push_back(n);
-  Tensor out = detail::empty_as(x, out_shape);
-  saved->options = out.options();
-  const Tensor out2d = out.detach().reshape({m, n});
-  if (act == Activation::Relu) saved->out = out2d;
-
-  ck::LtGemmArgs args;
-  args.m = m;
-  args.n = n;
-  args.k = k;
-  args.transpose_b = true;
-  args.bias = saved->bias;
-  // float32 GELU: the GEMM writes pre (+ bias) into the aux buffer and core's GELU kernel follows (see
-  // the top: float32 keeps core's GELU arithmetic). Without a backward to come (inference, frozen
-  // layers) the epilogue keeps no aux.
-  const bool gelu_after = act == Activation::Gelu && dt == DType::Float32;
   const bool backward =
       grad_mode_enabled() && (x.requires_grad() || weight.requires_grad() || (bias.defined() && bias.requires_grad()));
-  if (act == Activation::Gelu) {
-    if (gelu_after || backward) saved->aux = Tensor::empty({m, n}, out.options());
-    args.epilogue = gelu_after ? (bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None)
-                    : backward ? ck::LtEpilogue::GeluAux
-                               : ck::LtEpilogue::Gelu;
-  } else if (act == Activation::Relu) {
-    args.epilogue = backward ? ck::LtEpilogue::ReluAux : ck::LtEpilogue::Relu;
-    if (backward) saved->aux = Tensor::empty({ck::relu_mask_words(m, n)}, out.options().with_dtype(DType::Int32));
-  } else {
-    args.epilogue = bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None;
-    if (residual.defined()) args.addend = residual.detach().reshape({m, n});
-  }
-  if (gelu_after) {
-    if (!ck::gemm_lt_supported(saved->x, saved->weight, saved->aux, args)) return {};
-    if (!ck::gemm_lt(saved->x, saved->weight, saved->aux, args)) return {};
-    kernels::unary(kernels::UnaryOp::Gelu, saved->aux, out2d);
-  } else {
-    args.aux = saved->aux;
-    if (!ck::gemm_lt_supported(saved->x, saved->weight, out2d, args)) return {};
-    if (!ck::gemm_lt(saved->x, saved->weight, out2d, args)) return {};
-  }
-
+  Tensor out;
+  const std::shared_ptr<FusedLinear> saved = fused_linear_forward(x, weight, bias, act, backward, &out, residual);
+  if (!saved) return {};
   if (!backward) return out;
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
-  if (need_w) saved->provider = linear_grad_provider(weight);
   if (need_w && !weight.grad_fn()) saved->weight_leaf = weight;
-  if (saved->provider) saved->provider->on_input(saved->x);
   const Shape x_shape = x.shape();
   std::shared_ptr<Absorbable> producer = need_x ? find_absorbable(x) : nullptr;
-  if (producer && (producer->saved->options.dtype != dt || producer->saved->options.device != x.device() ||
-                   producer->saved->n != k || producer->saved->m != m))
+  if (producer && (producer->saved->options.dtype != x.dtype() || producer->saved->options.device != x.device() ||
+                   producer->saved->n != saved->k || producer->saved->m != saved->m))
     producer = nullptr;
 
   // The residual's gradient is the output's, passed through as AddBackward does.
@@ -315,18 +176,17 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     const Tensor& w1 = producer->weight;
     const Tensor& b1 = producer->bias;
     const bool need_x1 = x1.requires_grad(), need_w1 = w1.requires_grad();
-    // A provider forms the producer's db itself: the epilogue need not.
-    const bool need_b1 = b1.defined() && b1.requires_grad() && !producer->saved->provider;
+    const bool need_b1 = b1.defined() && b1.requires_grad();
     record_op("LinearPairBackward", inputs({x1, w1, b1, weight, bias}), {out},
               [saved, producer, need_x1, need_w1, need_b1, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
-                const FusedSaved& s = *saved;
-                const FusedSaved& p = *producer->saved;
-                Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
-                Tensor gpre2 = pre_activation_grad(s, g);
+                const FusedLinear& s = *saved;
+                const FusedLinear& p = *producer->saved;
+                Tensor g = fused_linear_rows(s, grads[0]);
+                Tensor gpre2 = fused_linear_pre_grad(s, g);
                 Tensor gw2, gb2, gx1, gw1, gb1;
                 param_grads(s, gpre2, need_w, need_b, &gw2, &gb2);
                 if (need_x1 || need_w1 || need_b1) {
-                  Tensor gpre1 = absorbed_pre_grad(p, gpre2, s.weight, need_b1, &gb1);
+                  Tensor gpre1 = fused_linear_absorbed_pre_grad(p, gpre2, s.weight, need_b1, &gb1);
                   param_grads(p, gpre1, need_w1, false, &gw1, nullptr);
                   if (need_x1) gx1 = matmul(gpre1, p.weight).reshape(producer->x.shape());
                 }
@@ -335,11 +195,8 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
     return out;  // an op that absorbed its producer is not absorbable itself
   }
 
-  // Absorbable when the consumer's epilogue would compute this activation's derivative and that is
-  // chosen (linear_absorbs): ReLU, and GELU in bfloat16 (in float32 the elementwise pass keeps core's
-  // GELU arithmetic).
   std::shared_ptr<Absorbable> self;
-  if (linear_absorbs(act) && !gelu_after) {
+  if (fused_linear_absorbable(*saved)) {
     self = std::make_shared<Absorbable>();
     self->saved = saved;
     self->x = x;
@@ -349,16 +206,15 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   // Without an activation the bias gradient is the column sum of the output's gradient, which a
   // consumer (flash attention) may hand over (core/grad_column_sums.h).
   std::shared_ptr<GradColumnSums> sums_offer;
-  if (act == Activation::None && need_b && !saved->provider)
-    sums_offer = std::make_shared<GradColumnSums>(n, bias.dtype());
+  if (act == Activation::None && need_b) sums_offer = std::make_shared<GradColumnSums>(saved->n, bias.dtype());
   record_op("LinearBackward", inputs({x, weight, bias}), {out},
             [saved, self, sums_offer, x_shape, need_x, need_w, need_b, outputs](const std::vector<Tensor>& grads) {
-              const FusedSaved& s = *saved;
+              const FusedLinear& s = *saved;
               Tensor gx, gw, gb;
               if (sums_offer) gb = sums_offer->take(grads[0]);
-              Tensor g = rows_view(grads[0].to(s.options.dtype), s.m, s.n);
-              const bool bias_from_pass = need_b && !gb.defined() && s.bias.defined() && !s.provider;
-              Tensor gpre = pre_activation_grad(s, g, bias_from_pass ? &gb : nullptr);
+              Tensor g = fused_linear_rows(s, grads[0]);
+              const bool bias_from_pass = need_b && !gb.defined() && s.bias.defined();
+              Tensor gpre = fused_linear_pre_grad(s, g, bias_from_pass ? &gb : nullptr);
               param_grads(s, gpre, need_w, need_b && !gb.defined(), &gw, &gb);
               if (need_x) gx = matmul(gpre, s.weight).reshape(x_shape);
               return outputs({gx, gw, gb}, grads[0]);
@@ -377,6 +233,133 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
 #endif
 
 }  // namespace
+
+#ifdef DPT_HAVE_CUDA
+std::shared_ptr<FusedLinear> fused_linear_forward(const Tensor& x, const Tensor& weight, const Tensor& bias,
+                                                  Activation act, bool backward, Tensor* out, const Tensor& residual) {
+  const DType dt = x.dtype();
+  if (!x.device().is_cuda() || !linear_fused()) return nullptr;
+  if (!is_fusable_dtype(dt) || weight.dtype() != dt || weight.device() != x.device() || !weight.is_contiguous())
+    return nullptr;
+  if (bias.defined() && (bias.dtype() != dt || bias.device() != x.device() || !bias.is_contiguous())) return nullptr;
+  const int64_t k = weight.size(1), n = weight.size(0);
+  const int64_t m = x.numel() / k;
+  if (m == 0) return nullptr;
+  if (residual.defined() && (act != Activation::None || residual.dtype() != dt || residual.device() != x.device() ||
+                             !residual.is_contiguous() || residual.numel() != m * n))
+    return nullptr;
+
+  auto saved = std::make_shared<FusedLinear>();
+  saved->x = rows_view(x.detach(), m, k);
+  saved->weight = weight.detach();
+  if (bias.defined()) saved->bias = bias.detach();
+  saved->act = act;
+  saved->m = m;
+  saved->n = n;
+  saved->k = k;
+  Shape out_shape(x.shape().begin(), x.shape().end() - 1);
+  out_shape.push_back(n);
+  *out = detail::empty_as(x, out_shape);
+  saved->options = out->options();
+  const Tensor out2d = out->detach().reshape({m, n});
+  if (act == Activation::Relu) saved->out = out2d;
+
+  ck::LtGemmArgs args;
+  args.m = m;
+  args.n = n;
+  args.k = k;
+  args.transpose_b = true;
+  args.bias = saved->bias;
+  // float32 GELU: the GEMM writes pre (+ bias) into the aux buffer and core's GELU kernel follows (see
+  // the top: float32 keeps core's GELU arithmetic). Without a backward to come (inference, frozen
+  // layers) the epilogue keeps no aux.
+  const bool gelu_after = act == Activation::Gelu && dt == DType::Float32;
+  saved->gelu_after = gelu_after;
+  if (act == Activation::Gelu) {
+    if (gelu_after || backward) saved->aux = Tensor::empty({m, n}, out->options());
+    args.epilogue = gelu_after ? (bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None)
+                    : backward ? ck::LtEpilogue::GeluAux
+                               : ck::LtEpilogue::Gelu;
+  } else if (act == Activation::Relu) {
+    args.epilogue = backward ? ck::LtEpilogue::ReluAux : ck::LtEpilogue::Relu;
+    if (backward) saved->aux = Tensor::empty({ck::relu_mask_words(m, n)}, out->options().with_dtype(DType::Int32));
+  } else {
+    args.epilogue = bias.defined() ? ck::LtEpilogue::Bias : ck::LtEpilogue::None;
+    if (residual.defined()) args.addend = residual.detach().reshape({m, n});
+  }
+  if (gelu_after) {
+    if (!ck::gemm_lt_supported(saved->x, saved->weight, saved->aux, args)) return nullptr;
+    if (!ck::gemm_lt(saved->x, saved->weight, saved->aux, args)) return nullptr;
+    kernels::unary(kernels::UnaryOp::Gelu, saved->aux, out2d);
+  } else {
+    args.aux = saved->aux;
+    if (!ck::gemm_lt_supported(saved->x, saved->weight, out2d, args)) return nullptr;
+    if (!ck::gemm_lt(saved->x, saved->weight, out2d, args)) return nullptr;
+  }
+  return saved;
+}
+
+Tensor fused_linear_rows(const FusedLinear& s, const Tensor& grad_out) {
+  return rows_view(grad_out.to(s.options.dtype), s.m, s.n);
+}
+
+Tensor fused_linear_pre_grad(const FusedLinear& s, const Tensor& grad_out, Tensor* gb) {
+  if (s.act == Activation::None) return grad_out;
+  Tensor g = Tensor::empty({s.m, s.n}, s.options);
+  const bool gelu = s.act == Activation::Gelu;
+  const Tensor& saved = gelu ? s.aux : s.out;
+  const ck::LtActivation act = gelu ? ck::LtActivation::Gelu : ck::LtActivation::Relu;
+  if (gb) {
+    Tensor b = Tensor::empty({s.n}, s.bias.options());
+    if (ck::activation_backward_bias(grad_out, saved, g, b, act)) {
+      *gb = b;
+      return g;
+    }
+  }
+  ck::activation_backward(grad_out, saved, g, act);
+  return g;
+}
+
+// Absorbable when the consumer's epilogue would compute this activation's derivative and that is chosen
+// (linear_absorbs): ReLU, and GELU in bfloat16 (in float32 the elementwise pass keeps core's GELU arithmetic).
+bool fused_linear_absorbable(const FusedLinear& producer) {
+  return linear_absorbs(producer.act) && !producer.gelu_after;
+}
+
+Tensor fused_linear_absorbed_pre_grad(const FusedLinear& p, const Tensor& grad_pre2, const Tensor& w2, bool need_b,
+                                      Tensor* gb) {
+  need_b = need_b && p.bias.defined();
+  Tensor gpre = Tensor::empty({p.m, p.n}, p.options);
+  ck::LtGemmArgs args;
+  args.m = p.m;
+  args.n = p.n;
+  args.k = w2.size(0);
+  args.epilogue = p.act == Activation::Gelu ? ck::LtEpilogue::DGelu : ck::LtEpilogue::DRelu;
+  args.aux = p.aux;
+  if (need_b) args.bias = Tensor::empty({p.n}, p.bias.options());
+  if (ck::gemm_lt_supported(grad_pre2, w2, gpre, args) && ck::gemm_lt(grad_pre2, w2, gpre, args)) {
+    if (need_b) *gb = args.bias;
+    return gpre;
+  }
+  gpre = fused_linear_pre_grad(p, matmul(grad_pre2, w2));
+  if (need_b) *gb = sum(gpre, 0);
+  return gpre;
+}
+
+#else
+std::shared_ptr<FusedLinear> fused_linear_forward(const Tensor&, const Tensor&, const Tensor&, Activation, bool,
+                                                  Tensor*, const Tensor&) {
+  return nullptr;
+}
+Tensor fused_linear_rows(const FusedLinear&, const Tensor&) { DPT_FAIL("fused_linear_rows: built without CUDA"); }
+Tensor fused_linear_pre_grad(const FusedLinear&, const Tensor&, Tensor*) {
+  DPT_FAIL("fused_linear_pre_grad: built without CUDA");
+}
+bool fused_linear_absorbable(const FusedLinear&) { return false; }
+Tensor fused_linear_absorbed_pre_grad(const FusedLinear&, const Tensor&, const Tensor&, bool, Tensor*) {
+  DPT_FAIL("fused_linear_absorbed_pre_grad: built without CUDA");
+}
+#endif
 
 void set_linear_fused(bool enabled) { set_flag(Flag::LinearFused, enabled ? "1" : "0"); }
 
@@ -406,26 +389,13 @@ void check_linear(const Tensor& x, const Tensor& weight, const Tensor& bias) {
             "linear: expected bias [{}] for weight {}, found {}", weight.size(0), shape_str(weight.shape()),
             shape_str(bias.shape()));
 }
-// A provider may still be writing W (core/linear_grad_provider.h): the current stream waits for it.
-void wait_for_weight(const Tensor& weight) {
-  if (std::shared_ptr<LinearGradProvider> provider = linear_grad_provider(weight)) provider->before_read();
-}
-
 }  // namespace
 
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   check_linear(x, weight, bias);
-  wait_for_weight(weight);
 #ifdef DPT_HAVE_CUDA
-  if (x.device().is_cuda() && linear_fused()) {
-    Tensor y = linear_cuda(x, weight, bias, act);
-    if (y.defined()) return y;
-  }
+  if (Tensor y = linear_cuda(x, weight, bias, act); y.defined()) return y;
 #endif
-  if (grad_mode_enabled() && weight.requires_grad()) {
-    if (std::shared_ptr<LinearGradProvider> provider = linear_grad_provider(weight))
-      return linear_provided(x, weight, bias, act, std::move(provider));
-  }
   return linear_composed(x, weight, bias, act);
 }
 
@@ -437,12 +407,8 @@ Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias
   DPT_CHECK(residual.shape() == out_shape,
             "linear_residual: expected a residual of shape {} for input {} and weight {}, found {}",
             shape_str(out_shape), shape_str(x.shape()), shape_str(weight.shape()), shape_str(residual.shape()));
-  wait_for_weight(weight);
 #ifdef DPT_HAVE_CUDA
-  if (x.device().is_cuda() && linear_fused()) {
-    Tensor y = linear_cuda(x, weight, bias, Activation::None, residual);
-    if (y.defined()) return y;
-  }
+  if (Tensor y = linear_cuda(x, weight, bias, Activation::None, residual); y.defined()) return y;
 #endif
   return add(residual, linear(x, weight, bias));
 }

@@ -7,8 +7,8 @@
 #include "core/device_stream.h"
 #include "core/error.h"
 #include "core/kernels.h"
-#include "core/linear_grad_provider.h"
 #include "distributed/shard_pieces.h"
+#include "distributed/split_linear.h"
 #include "layers/linear.h"
 #include "optim/grad_clip.h"
 
@@ -24,8 +24,10 @@ struct GatheredLinearZero::InputGroup {
 };
 
 struct GatheredLinearZero::Layer {
-  std::string name;     // the Linear's path in the model ("0", "block.fc", ...)
-  Tensor weight, bias;  // DDP's (compute) parameters; bias may be undefined
+  std::string name;              // the Linear's path in the model ("0", "block.fc", ...)
+  nn::Linear* linear = nullptr;  // whose op this class installs (nn::Linear::op)
+  Tensor weight, bias;           // DDP's (compute) parameters; bias may be undefined
+  std::unique_ptr<SplitLinear> op;
   int64_t out = 0, in = 0;
   int64_t row0 = 0, rows = 0;  // this rank's rows of weight
   Tensor x_all, dpre_all;      // [world * m, in], [world * m, out]: every rank's rows, rank order
@@ -58,17 +60,15 @@ struct GatheredLinearZero::TimingState {
 
 namespace {
 
-class Provider : public LinearGradProvider {
+// Hands a layer's rows to the owner while it lives.
+class Sink : public LinearGradSink {
  public:
-  Provider(std::shared_ptr<GatheredLinearZero*> owner, size_t layer) : owner_(std::move(owner)), layer_(layer) {}
+  Sink(std::shared_ptr<GatheredLinearZero*> owner, size_t layer) : owner_(std::move(owner)), layer_(layer) {}
   void on_input(const Tensor& x) override {
     if (*owner_) (*owner_)->on_input(layer_, x);
   }
   void on_output_grad(const Tensor& dpre) override {
     if (*owner_) (*owner_)->on_output_grad(layer_, dpre);
-  }
-  void before_read() override {
-    if (*owner_) (*owner_)->before_read(layer_);
   }
 
  private:
@@ -158,6 +158,7 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   for (const auto& [path, linear] : linears) {
     Layer layer;
     layer.name = path;
+    layer.linear = linear;
     layer.weight = linear->weight;
     layer.bias = linear->bias;
     layer.out = linear->weight.size(0);
@@ -200,9 +201,9 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
     ready_stream_ = std::make_unique<SideStream>(layers_.front().weight.device());
   }
   for (size_t l = 0; l < layers_.size(); ++l) {
-    auto provider = std::make_shared<Provider>(alive_, l);
-    set_linear_grad_provider(layers_[l].weight, provider);
-    providers_.push_back(provider);
+    Layer& layer = layers_[l];
+    layer.op = std::make_unique<SplitLinear>(layer.weight, layer.bias, std::make_shared<Sink>(alive_, l));
+    layer.linear->op = [this, l](const Tensor& x, Activation act) { return forward(l, x, act); };
   }
   callback_id_ = add_backward_end_callback([alive = alive_] {
     if (*alive) (*alive)->finish_backward();
@@ -212,7 +213,18 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
 GatheredLinearZero::~GatheredLinearZero() {
   *alive_ = nullptr;
   remove_backward_end_callback(callback_id_);
-  for (auto& layer : layers_) set_linear_grad_provider(layer.weight, nullptr);
+  for (auto& layer : layers_) layer.linear->op = nullptr;
+}
+
+// A layer's op: reads the weight only once its last gather has ended (OnStep), and under autograd leaves
+// the weight's and bias's gradients to this class (split_linear.h).
+Tensor GatheredLinearZero::forward(size_t l, const Tensor& x, Activation act) {
+  Layer& layer = layers_[l];
+  if (when_ == UpdateTiming::OnStep) layer.ready->wait_external();
+  if (!grad_mode_enabled() || !layer.weight.requires_grad()) return linear(x, layer.weight, layer.bias, act);
+  std::vector<const SplitLinear*> producers;
+  for (const Layer& each : layers_) producers.push_back(each.op.get());
+  return layer.op->forward(x, act, producers);
 }
 
 // Forward: the layer's input rows are kept (autograd keeps them for backward anyway) until every layer of its
@@ -411,10 +423,6 @@ void GatheredLinearZero::step() {
   if (!ready_stream_)
     for (auto& w : param_gathers_) w->wait();
   param_gathers_.clear();
-}
-
-void GatheredLinearZero::before_read(size_t l) {
-  if (when_ == UpdateTiming::OnStep) layers_[l].ready->wait_external();
 }
 
 void GatheredLinearZero::wait_for_parameters() {

@@ -19,7 +19,8 @@
 // more on that than it wins by moving rows beside the forward; with one peer it is the other way round
 // (docs/performance.md, "Fewer, ordered gathers").
 //
-// Per step (core/linear_grad_provider.h calls on_input / on_output_grad from inside dpt::linear):
+// Per step (each Linear's op is a SplitLinear, split_linear.h, installed as nn::Linear::op, whose sink
+// calls on_input in forward and on_output_grad in backward):
 //   comm stream A:   AG x_1 .. AG x_L (forward) ........ AG dpre_L .. AG dpre_{L-1} .. AG dpre_1
 //   update stream:                                        dW_L db_L AdamW_L | dW_{L-1} ... | dW_1 ...
 //   comm stream B:                                                  AG W_L | AG W_{L-1} ... | AG W_1
@@ -35,8 +36,8 @@
 // gradients of this rank's rows (dW_l, db_l on the update stream) and stops there, and the trainer then
 // decides the step (grad_sum_of_squares, the inner optimizer's gate). step() updates every layer's pieces
 // in forward order and all-gathers each weight as soon as it is updated, without waiting: the next
-// forward waits for each layer's gather just before it reads that weight (core/linear_grad_provider.h
-// before_read), so the gathers of later layers run beside the forward of earlier ones:
+// forward waits for each layer's gather just before it reads that weight (in the layer's op), so the
+// gathers of later layers run beside the forward of earlier ones:
 //   compute stream:  decision | update_1 .. update_L | wait(AG W_1) fwd_1 | wait(AG W_2) fwd_2 ...
 //   comm stream A:                AG W_1 .. AG W_L           AG x_1 .. AG x_L (forward) .. AG dpre_L ..
 // The wait is on one event per layer, recorded after its gather on every step (a captured forward waits on
@@ -52,8 +53,8 @@
 // Limits: every parameter DDP holds must be a Linear's weight or bias; out_features divisible by the
 // world size; each Linear used once per forward and every forward followed by its backward (x is
 // gathered in forward; evaluate under NoGradGuard); the model on its device and in its compute dtype
-// before construction (weights are found by their storage, core/linear_grad_provider.h); no no_sync
-// accumulation; gradient clipping only under OnStep; float32 masters of mixed precision stay whole on every
+// before construction (the layers' parameter tensors are taken then); no no_sync accumulation;
+// gradient clipping only under OnStep; float32 masters of mixed precision stay whole on every
 // rank (only the rows this rank owns are updated there: gather_targets() makes them whole). The step
 // (WhenReduced) or its backward (OnStep) can be captured in a CUDA graph after an eager step (count the
 // inner AdamW's steps on the device when the graph holds updates). Works on Gloo (CPU) and NCCL.
@@ -69,6 +70,7 @@
 #include <vector>
 
 #include "core/device_stream.h"
+#include "core/ops.h"
 #include "distributed/ddp.h"
 #include "distributed/shard_pieces.h"
 #include "distributed/sharded_optimizer.h"
@@ -113,10 +115,9 @@ class GatheredLinearZero : public ShardedOptimizer {
   NamedTensors full_state_dict() override;
   void load_full_state_dict(const NamedTensors& full) override;
 
-  // Called through the layers' providers.
+  // Called through the layers' sinks (split_linear.h).
   void on_input(size_t layer, const Tensor& x);
   void on_output_grad(size_t layer, const Tensor& dpre);
-  void before_read(size_t layer);
 
   // Opt-in CUDA event timing of the following steps (forward and backward), for benchmarks: each
   // collective from the moment its stream lets it start to its end (seen from a probe stream), and the
@@ -138,6 +139,7 @@ class GatheredLinearZero : public ShardedOptimizer {
   void form_gradients(Layer& layer);
   void update_and_gather(Layer& layer);
   void finish_backward();
+  Tensor forward(size_t layer, const Tensor& x, Activation act);  // installed as the layer's nn::Linear::op
   void move_weights_into_window(const std::vector<std::pair<std::string, nn::Linear*>>& linears);
   Tensor rows_buffer(int64_t rows, int64_t cols, const TensorOptions& options);
   std::shared_ptr<Work> gather_rows(const Tensor& all, const Tensor& mine);
@@ -162,9 +164,8 @@ class GatheredLinearZero : public ShardedOptimizer {
   bool record_timing_ = false;
   std::unique_ptr<TimingState> timing_, finished_timing_;
   std::vector<std::shared_ptr<Work>> param_gathers_;
-  std::vector<InputGroup> input_groups_;          // every layer in exactly one
-  std::vector<std::shared_ptr<void>> providers_;  // registered on the weights (core/linear_grad_provider.h)
-  int64_t pending_ = -1;                          // the layer whose update waits until backward has read its weight
+  std::vector<InputGroup> input_groups_;  // every layer in exactly one
+  int64_t pending_ = -1;                  // the layer whose update waits until backward has read its weight
   bool in_backward_ = false;
   int64_t sharded_elements_ = 0;
   uint64_t callback_id_ = 0;

@@ -20,16 +20,16 @@ Linear::Linear(int64_t in_features, int64_t out_features, bool with_bias, Genera
 Tensor Linear::forward(const Tensor& x) { return forward_with(x, Activation::None); }
 
 Tensor Linear::forward_with(const Tensor& x, Activation act) {
-  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input [..., {}], found {}",
-            weight.size(1), shape_str(x.shape()));
+  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input [..., {}], found {}", weight.size(1),
+            shape_str(x.shape()));
   // [..., in] @ W^T (+ b), then act; a rank-1 input is treated as one row.
-  return linear(x, weight, bias, act);
+  return op ? op(x, act) : linear(x, weight, bias, act);
 }
 
 Tensor Linear::forward_residual(const Tensor& x, const Tensor& residual) {
-  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input [..., {}], found {}",
-            weight.size(1), shape_str(x.shape()));
-  return linear_residual(x, weight, bias, residual);
+  DPT_CHECK(x.dim() >= 1 && x.size(-1) == weight.size(1), "Linear: expected input [..., {}], found {}", weight.size(1),
+            shape_str(x.shape()));
+  return op ? add(residual, op(x, Activation::None)) : linear_residual(x, weight, bias, residual);
 }
 
 }  // namespace dpt::nn

@@ -1,6 +1,8 @@
 #pragma once
 // Linear: y = x W^T + b, with W stored [out_features, in_features] as in PyTorch, so weights load by
 // name into torch.nn.Linear. x may have any leading dims: [..., in] -> [..., out].
+#include <functional>
+
 #include "core/ops.h"
 #include "layers/module.h"
 
@@ -19,6 +21,10 @@ class Linear : public Module {
 
   Tensor weight;
   Tensor bias;  // undefined without bias
+  // What forms act(x W^T + b) in forward_with and forward_residual: dpt::linear when empty. A component that
+  // forms this layer's weight and bias gradients itself installs its own op here (as
+  // distributed/gathered_linear_zero.h does) and empties it again when it ends.
+  std::function<Tensor(const Tensor& x, Activation act)> op;
 };
 
 }  // namespace dpt::nn
