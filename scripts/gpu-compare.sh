@@ -86,7 +86,9 @@ for w in "${workloads[@]}"; do
   done
 done
 
+# A working tree with changes its .git does not hold is named "<HEAD>+changes", not after HEAD alone.
 this_commit="$(git -C "$root" rev-parse --short HEAD 2>/dev/null || echo unknown)"
+[[ -z "$(git -C "$root" status --porcelain --untracked-files=no 2>/dev/null)" ]] || this_commit+="+changes"
 python3 - "$results" "$base_commit" "$this_commit" "$(nvidia-smi --query-gpu=name --format=csv,noheader | head -n 1)" \
   "${extra[*]}" <<'PY'
 import statistics, sys
