@@ -75,7 +75,8 @@ Tensor matmul(const Tensor& a, const Tensor& b, bool transpose_a = false, bool t
 // CPU (and wherever the fused path cannot run) it is exactly matmul, add, then gelu/relu, so results are
 // bit-identical to composing those ops. On CUDA in float32/bfloat16 one cuBLASLt GEMM applies bias and
 // activation in its epilogue and backward fuses the bias gradient (core/ops_linear.cpp).
-enum class Activation { None, Gelu, Relu };  // Gelu: tanh approximation, as gelu()
+enum class Activation { None, Gelu, Relu };        // Gelu: tanh approximation, as gelu()
+Tensor activate(const Tensor& x, Activation act);  // x itself, gelu(x) or relu(x)
 Tensor linear(const Tensor& x, const Tensor& weight, const Tensor& bias = {}, Activation act = Activation::None);
 // residual + (x W^T + b), residual [..., out]: a residual connection's output projection. On CUDA the
 // add happens inside the GEMM (cuBLASLt's C operand at beta = 1), rounded once with the product;

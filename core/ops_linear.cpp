@@ -52,18 +52,6 @@ namespace dpt {
 
 namespace {
 
-Tensor activate(const Tensor& y, Activation act) {
-  switch (act) {
-    case Activation::None:
-      return y;
-    case Activation::Gelu:
-      return gelu(y);
-    case Activation::Relu:
-      return relu(y);
-  }
-  DPT_FAIL("linear: unknown activation {}", static_cast<int>(act));
-}
-
 // Exactly what nn::Linear and the activation modules did before this op existed.
 Tensor linear_composed(const Tensor& x, const Tensor& weight, const Tensor& bias, Activation act) {
   Tensor in = x.dim() == 1 ? x.reshape({1, x.size(0)}) : x;
@@ -360,6 +348,18 @@ Tensor fused_linear_absorbed_pre_grad(const FusedLinear&, const Tensor&, const T
   DPT_FAIL("fused_linear_absorbed_pre_grad: built without CUDA");
 }
 #endif
+
+Tensor activate(const Tensor& x, Activation act) {
+  switch (act) {
+    case Activation::None:
+      return x;
+    case Activation::Gelu:
+      return gelu(x);
+    case Activation::Relu:
+      return relu(x);
+  }
+  DPT_FAIL("activate: unknown activation {}", static_cast<int>(act));
+}
 
 void set_linear_fused(bool enabled) { set_flag(Flag::LinearFused, enabled ? "1" : "0"); }
 

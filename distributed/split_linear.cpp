@@ -3,7 +3,6 @@
 #include <utility>
 
 #include "core/autograd.h"
-#include "core/error.h"
 #include "core/linear_fused.h"
 
 namespace dpt::dist {
@@ -19,22 +18,6 @@ struct SplitLinear::Absorbable {
 
 SplitLinear::SplitLinear(Tensor weight, Tensor bias, std::shared_ptr<LinearGradSink> sink)
     : weight_(std::move(weight)), bias_(std::move(bias)), sink_(std::move(sink)) {}
-
-namespace {
-
-Tensor activate(const Tensor& pre, Activation act) {
-  switch (act) {
-    case Activation::None:
-      return pre;
-    case Activation::Gelu:
-      return gelu(pre);
-    case Activation::Relu:
-      return relu(pre);
-  }
-  DPT_FAIL("SplitLinear: unknown activation {}", static_cast<int>(act));
-}
-
-}  // namespace
 
 // Without the fused path (CPU, float64, DPT_LINEAR_FUSED=0): matmul -> add -> act with W and b detached,
 // and an identity op on x W^T + b whose backward hands its gradient to the sink. That op lists W among its
