@@ -49,8 +49,8 @@ Tensor SplitLinear::forward(const Tensor& x, Activation act, const std::vector<c
   if (const std::shared_ptr<Node> fn = x.requires_grad() ? x.grad_fn() : nullptr) {
     for (const SplitLinear* p : producers) {
       const std::shared_ptr<Absorbable> last = p->last_.lock();
-      if (last && last->node.lock() == fn && last->saved->options.dtype == x.dtype() && last->saved->n == saved->k &&
-          last->saved->m == saved->m)
+      if (last && last->node.lock() == fn && last->saved->options.dtype == x.dtype() &&
+          last->saved->options.device == x.device() && last->saved->n == saved->k && last->saved->m == saved->m)
         producer = last;
     }
   }
