@@ -233,6 +233,16 @@ int64_t extra_int(const optim::Checkpoint& checkpoint, const std::string& key) {
   return value;
 }
 
+double extra_double(const optim::Checkpoint& checkpoint, const std::string& key) {
+  auto it = checkpoint.state.extra.find(key);
+  DPT_CHECK(it != checkpoint.state.extra.end(), "checkpoint metadata has no '{}' (not written by dpt-train?)", key);
+  double value = 0;
+  const std::string& s = it->second;
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  DPT_CHECK(ec == std::errc() && end == s.data() + s.size(), "checkpoint metadata '{}' = '{}' is not a number", key, s);
+  return value;
+}
+
 std::string incompatibility(const optim::Checkpoint& checkpoint, const NamedTensors& model_state, int world_size) {
   auto described = [&]() {
     auto it = checkpoint.state.extra.find("train.model");

@@ -77,5 +77,7 @@ std::string incompatibility(const optim::Checkpoint& checkpoint, const NamedTens
 
 // Reads an integer "train.*" entry of the checkpoint's metadata; throws naming it when absent or malformed.
 int64_t extra_int(const optim::Checkpoint& checkpoint, const std::string& key);
+// The same for a number written with fmt's shortest form ("inf" included).
+double extra_double(const optim::Checkpoint& checkpoint, const std::string& key);
 
 }  // namespace dpt::train

@@ -285,18 +285,13 @@ void Trainer::setup_optimizer() {
     // Checkpoints of older runs carry no best validation loss: it starts afresh.
     if (extra.count("train.best_val_step") && extra_int(*resume_from_, "train.best_val_step") >= 0) {
       best_val_step_ = extra_int(*resume_from_, "train.best_val_step");
-      best_val_loss_ = std::strtod(extra.at("train.best_val_loss").c_str(), nullptr);
+      best_val_loss_ = extra_double(*resume_from_, "train.best_val_loss");
     }
     // The fp16 loss scale continues where it was (a checkpoint of another precision has none: the
     // scale starts afresh).
     if (optim::LossScaler* scaler = mixed_->loss_scaler(); scaler && extra.count("train.loss_scale")) {
-      double scale = 0;
-      try {
-        scale = std::stod(extra.at("train.loss_scale"));
-      } catch (const std::exception&) {
-        DPT_FAIL("checkpoint metadata 'train.loss_scale' = '{}' is not a number", extra.at("train.loss_scale"));
-      }
-      scaler->load(scale, extra_int(*resume_from_, "train.loss_scale_growth"));
+      scaler->load(extra_double(*resume_from_, "train.loss_scale"),
+                   extra_int(*resume_from_, "train.loss_scale_growth"));
     }
     train_loader_->set_position(
         {extra_int(*resume_from_, "train.loader_epoch"), extra_int(*resume_from_, "train.loader_batch")});

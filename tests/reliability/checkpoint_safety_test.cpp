@@ -184,6 +184,26 @@ TEST(CheckpointSafety, NonFiniteWeightsAreRefusedNamingTheTensorAndFile) {
   EXPECT_EQ(set_aside(run, 20).size(), 1u);
 }
 
+// Metadata that dpt-train wrote as a number and that no longer reads as one (an edited file, with valid
+// checksums) stops the run naming the entry and its value: neither skipped as a default nor changed.
+TEST(CheckpointSafety, MalformedNumbersInTheMetadataStopTheRunNamingTheEntry) {
+  ScratchDir dir;
+  const std::string run = trained_run(dir);
+  const std::string prefix = step_dir(run, 20) + "/checkpoint";
+  auto ck = dpt::optim::load_checkpoint(prefix);
+  ASSERT_EQ(ck.state.extra.count("train.best_val_loss"), 1u);
+  ASSERT_EQ(ck.state.extra.count("train.best_val_step"), 1u);
+  ck.state.extra["train.best_val_step"] = "20";
+  ck.state.extra["train.best_val_loss"] = "1.5x";
+  dpt::optim::save_checkpoint(prefix, ck.model, ck.optimizer, ck.state);
+  const auto before = snapshot(run);
+  Finished f = train(dir, run, 25);
+  ASSERT_FALSE(f.hung) << f.output;
+  EXPECT_EQ(f.exit_code, 1) << f.output;
+  EXPECT_CONTAINS(f.output, "checkpoint metadata 'train.best_val_loss' = '1.5x' is not a number");
+  EXPECT_EQ(snapshot(run), before);
+}
+
 TEST(CheckpointSafety, ACheckpointWhoseNameAndStepDisagreeIsDamage) {
   ScratchDir dir;
   const std::string run = trained_run(dir);
