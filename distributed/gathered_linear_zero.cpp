@@ -203,6 +203,7 @@ GatheredLinearZero::GatheredLinearZero(DistributedDataParallel& ddp, const std::
   for (size_t l = 0; l < layers_.size(); ++l) {
     Layer& layer = layers_[l];
     layer.op = std::make_unique<SplitLinear>(layer.weight, layer.bias, std::make_shared<Sink>(alive_, l));
+    split_ops_.push_back(layer.op.get());
     layer.linear->op = [this, l](const Tensor& x, Activation act) { return forward(l, x, act); };
   }
   callback_id_ = add_backward_end_callback([alive = alive_] {
@@ -222,9 +223,7 @@ Tensor GatheredLinearZero::forward(size_t l, const Tensor& x, Activation act) {
   Layer& layer = layers_[l];
   if (when_ == UpdateTiming::OnStep) layer.ready->wait_external();
   if (!grad_mode_enabled() || !layer.weight.requires_grad()) return linear(x, layer.weight, layer.bias, act);
-  std::vector<const SplitLinear*> producers;
-  for (const Layer& each : layers_) producers.push_back(each.op.get());
-  return layer.op->forward(x, act, producers);
+  return layer.op->forward(x, act, split_ops_);
 }
 
 // Forward: the layer's input rows are kept (autograd keeps them for backward anyway) until every layer of its

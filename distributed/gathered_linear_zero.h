@@ -83,6 +83,8 @@ class Linear;
 
 namespace dpt::dist {
 
+class SplitLinear;
+
 class GatheredLinearZero : public ShardedOptimizer {
  public:
   using Factory = ShardPieces::Factory;  // distributed/shard_pieces.h
@@ -164,8 +166,9 @@ class GatheredLinearZero : public ShardedOptimizer {
   bool record_timing_ = false;
   std::unique_ptr<TimingState> timing_, finished_timing_;
   std::vector<std::shared_ptr<Work>> param_gathers_;
-  std::vector<InputGroup> input_groups_;  // every layer in exactly one
-  int64_t pending_ = -1;                  // the layer whose update waits until backward has read its weight
+  std::vector<InputGroup> input_groups_;       // every layer in exactly one
+  std::vector<const SplitLinear*> split_ops_;  // every layer's op: the producers a layer's input may come from
+  int64_t pending_ = -1;                       // the layer whose update waits until backward has read its weight
   bool in_backward_ = false;
   int64_t sharded_elements_ = 0;
   uint64_t callback_id_ = 0;

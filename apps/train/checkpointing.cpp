@@ -222,25 +222,28 @@ std::vector<std::string> clean_leftovers(const std::string& dir) {
   return removed;
 }
 
-int64_t extra_int(const optim::Checkpoint& checkpoint, const std::string& key) {
+namespace {
+
+// The whole entry must read as a T: "1.5x" is refused, not read as 1.5. `kind` names T in the error.
+template <class T>
+T extra_number(const optim::Checkpoint& checkpoint, const std::string& key, const char* kind) {
   auto it = checkpoint.state.extra.find(key);
   DPT_CHECK(it != checkpoint.state.extra.end(), "checkpoint metadata has no '{}' (not written by dpt-train?)", key);
-  int64_t value = 0;
+  T value = 0;
   const std::string& s = it->second;
   auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  DPT_CHECK(ec == std::errc() && end == s.data() + s.size(), "checkpoint metadata '{}' = '{}' is not an integer", key,
-            s);
+  DPT_CHECK(ec == std::errc() && end == s.data() + s.size(), "checkpoint metadata '{}' = '{}' is not {}", key, s, kind);
   return value;
 }
 
+}  // namespace
+
+int64_t extra_int(const optim::Checkpoint& checkpoint, const std::string& key) {
+  return extra_number<int64_t>(checkpoint, key, "an integer");
+}
+
 double extra_double(const optim::Checkpoint& checkpoint, const std::string& key) {
-  auto it = checkpoint.state.extra.find(key);
-  DPT_CHECK(it != checkpoint.state.extra.end(), "checkpoint metadata has no '{}' (not written by dpt-train?)", key);
-  double value = 0;
-  const std::string& s = it->second;
-  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
-  DPT_CHECK(ec == std::errc() && end == s.data() + s.size(), "checkpoint metadata '{}' = '{}' is not a number", key, s);
-  return value;
+  return extra_number<double>(checkpoint, key, "a number");
 }
 
 std::string incompatibility(const optim::Checkpoint& checkpoint, const NamedTensors& model_state, int world_size) {
