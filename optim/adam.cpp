@@ -1,9 +1,11 @@
 #include "optim/adam.h"
 
+#include <algorithm>
 #include <cmath>
 
 #include "core/error.h"
 #include "core/factory.h"
+#include "optim/step_outcome.h"
 #ifdef DPT_HAVE_CUDA
 #include "optim/cuda/fused_kernels.h"
 #endif
@@ -30,6 +32,34 @@ void adam_cpu(T* p, const T* grad, T* m, T* v, int64_t n, double lr, double b1, 
     p[i] = static_cast<T>(w - lr * (mi / bc1) / (std::sqrt(vi / bc2) + eps));
   }
 }
+
+#ifdef DPT_HAVE_CUDA
+// What the speculative kernels read and write besides the tensors (optim/cuda/fused_kernels.h).
+cuda::AdamSpeculation speculation(const Tensor& step, const AdamOptions& o, const Tensor& current,
+                                  const Tensor& partials) {
+  cuda::AdamSpeculation spec;
+  spec.step = step.data<int64_t>();
+  spec.beta1 = o.beta1;
+  spec.beta2 = o.beta2;
+  spec.current = current.data<int>();
+  spec.partials = partials.data<double>();
+  return spec;
+}
+
+// The kernels' hyperparameters but the bias corrections and the gate.
+cuda::AdamParams kernel_params(const AdamOptions& o, bool decoupled, double lr, double weight_decay,
+                               double grad_scale) {
+  cuda::AdamParams hp;
+  hp.lr = static_cast<float>(lr);
+  hp.beta1 = static_cast<float>(o.beta1);
+  hp.beta2 = static_cast<float>(o.beta2);
+  hp.eps = static_cast<float>(o.eps);
+  hp.weight_decay = static_cast<float>(weight_decay);
+  hp.decoupled = decoupled;
+  hp.grad_scale = static_cast<float>(grad_scale);
+  return hp;
+}
+#endif
 
 }  // namespace
 
@@ -89,6 +119,7 @@ void Adam::on_set_gate() {
 
 void Adam::on_load_step() {
   if (device_step_.defined()) device_step_.copy_(from_vector<int64_t>({Optimizer::step_count()}, {1}));
+  if (speculates()) current_.zero_();  // the loaded state is in the first copies
 }
 
 // The gate the kernels read, or null when the host decides (no gate, or one read on the host).
@@ -97,7 +128,9 @@ const double* Adam::device_gate() const {
 }
 
 void Adam::on_begin_step() {
-  if (!device_step_.defined()) return;
+  next_partial_ = 0;
+  // A speculative step is counted when it is resolved.
+  if (!device_step_.defined() || speculates()) return;
 #ifdef DPT_HAVE_CUDA
   cuda::adam_advance_step(device_step_.data<int64_t>(), device_bias_corrections_.data<float>(), options_.beta1,
                           options_.beta2, device_gate());
@@ -119,7 +152,118 @@ bool Adam::applies_grad_scale(size_t g) const {
   return true;
 }
 
+void Adam::speculate() {
+  if (speculates()) return;
+  DPT_CHECK(has_compute_twins(), "Adam: speculative updates go through bf16 compute twins (set_compute_twins)");
+  for (size_t g = 0; g < param_groups().size(); ++g)
+    DPT_CHECK(fuses_twins(g), "Adam: speculative updates need float32 CUDA masters with bf16 twins (group {})", g);
+  if (!device_step_.defined()) count_steps_on_device();
+  const Device device = device_step_.device();
+  std::vector<int64_t> sizes;
+  second_.clear();
+  for (const auto& group : param_groups()) {
+    second_.emplace_back();
+    for (const auto& [name, p] : group.params) {
+      // Every element is written before it is read: by the first update, or carried over by it.
+      second_.back().push_back({Tensor::empty(p.shape(), p.options()), Tensor::empty(p.shape(), p.options()),
+                                Tensor::empty(p.shape(), p.options())});
+      sizes.push_back(p.numel());
+    }
+  }
+  current_ = zeros({1}, TensorOptions{}.with_dtype(DType::Int32).with_device(device));
+#ifdef DPT_HAVE_CUDA
+  partials_ = Tensor::empty({std::max<int64_t>(1, cuda::chunk_count(sizes))},
+                            TensorOptions{}.with_dtype(DType::Float64).with_device(device));
+#endif
+}
+
+struct Adam::AllTensors {
+  std::vector<float*> params, exp_avg, exp_avg_sq;
+  std::vector<void*> twins;
+  std::vector<int64_t> sizes;
+#ifdef DPT_HAVE_CUDA
+  cuda::SecondCopies second;
+#endif
+};
+
+Adam::AllTensors Adam::all_tensors() const {
+  AllTensors all;
+  for (size_t g = 0; g < param_groups().size(); ++g) {
+    for (size_t i = 0; i < param_groups()[g].params.size(); ++i) {
+      all.params.push_back(param_groups()[g].params[i].second.data<float>());
+      all.exp_avg.push_back(state_[g][i][0].data<float>());
+      all.exp_avg_sq.push_back(state_[g][i][1].data<float>());
+      all.twins.push_back(twin(g, i).data_ptr());
+      all.sizes.push_back(param_groups()[g].params[i].second.numel());
+#ifdef DPT_HAVE_CUDA
+      all.second.params.push_back(second_[g][i][0].data<float>());
+      all.second.exp_avg.push_back(second_[g][i][1].data<float>());
+      all.second.exp_avg_sq.push_back(second_[g][i][2].data<float>());
+#endif
+    }
+  }
+  return all;
+}
+
+Tensor Adam::resolve(const Tensor& agreed) {
+  DPT_CHECK(speculates(), "Adam: resolve without speculate()");
+  DPT_CHECK(agreed.dtype() == DType::Float64 && agreed.numel() == 2 && agreed.is_contiguous() &&
+                agreed.device() == current_.device(),
+            "Adam: resolve expects step_agreement's float64 [2] on {}", current_.device().str());
+  Tensor outcome = Tensor::empty({kStepOutcomeSize}, agreed.options());  // the kernel writes every entry
+#ifdef DPT_HAVE_CUDA
+  const AllTensors all = all_tensors();
+  cuda::adam_speculation_resolve(speculation(device_step_, options_, current_, partials_), next_partial_,
+                                 agreed.data<double>(), outcome.data<double>(), device_bias_corrections_.data<float>(),
+                                 all.params, all.second.params, all.twins, all.sizes);
+#endif
+  return outcome;
+}
+
+void Adam::settle() const {
+  if (!speculates()) return;
+#ifdef DPT_HAVE_CUDA
+  const AllTensors all = all_tensors();
+  cuda::adam_speculation_settle(all.params, all.exp_avg, all.exp_avg_sq, all.second, all.sizes, current_.data<int>());
+#endif
+}
+
+void Adam::update_group_speculatively(size_t g) {
+#ifdef DPT_HAVE_CUDA
+  const ParamGroup& group = param_groups()[g];
+  std::vector<float*> dp, dm, dv;
+  std::vector<const void*> dg;
+  std::vector<void*> dtwin;
+  std::vector<int64_t> dn;
+  cuda::SecondCopies second;
+  for (size_t i = 0; i < group.params.size(); ++i) {
+    DPT_CHECK(selected(g, i), "Adam: a speculative step updates every parameter at once (step(), not update())");
+    const Tensor tw = twin(g, i);
+    dp.push_back(group.params[i].second.data<float>());
+    dg.push_back(tw.grad().defined() ? tw.grad().data_ptr() : nullptr);  // none: carried over
+    dm.push_back(state_[g][i][0].data<float>());
+    dv.push_back(state_[g][i][1].data<float>());
+    dtwin.push_back(tw.data_ptr());
+    dn.push_back(tw.numel());
+    second.params.push_back(second_[g][i][0].data<float>());
+    second.exp_avg.push_back(second_[g][i][1].data<float>());
+    second.exp_avg_sq.push_back(second_[g][i][2].data<float>());
+  }
+  const cuda::AdamParams hp =
+      kernel_params(options_, decoupled_, lr() * group.lr_scale, group.weight_decay, grad_scale());
+  cuda::adam_update_speculative(dp, dg, dm, dv, dtwin, second, dn, hp,
+                                speculation(device_step_, options_, current_, partials_), next_partial_);
+  next_partial_ += cuda::chunk_count(dn);
+#else
+  (void)g;
+#endif
+}
+
 void Adam::update_group(size_t g, int64_t step) {
+  if (speculates()) {
+    update_group_speculatively(g);
+    return;
+  }
   const ParamGroup& group = param_groups()[g];
   const double lr = this->lr() * group.lr_scale;
   const double bc1 = 1.0 - std::pow(options_.beta1, static_cast<double>(step));
@@ -164,17 +308,10 @@ void Adam::update_group(size_t g, int64_t step) {
   }
   if (dp.empty()) return;
 #ifdef DPT_HAVE_CUDA
-  cuda::AdamParams hp;
-  hp.lr = static_cast<float>(lr);
-  hp.beta1 = static_cast<float>(options_.beta1);
-  hp.beta2 = static_cast<float>(options_.beta2);
-  hp.eps = static_cast<float>(options_.eps);
-  hp.weight_decay = static_cast<float>(group.weight_decay);
+  cuda::AdamParams hp = kernel_params(options_, decoupled_, lr, group.weight_decay, grad_scale());
   hp.bias_correction1 = static_cast<float>(bc1);
   hp.bias_correction2 = static_cast<float>(bc2);
   if (device_bias_corrections_.defined()) hp.bias_corrections = device_bias_corrections_.data<float>();
-  hp.decoupled = decoupled_;
-  hp.grad_scale = static_cast<float>(grad_scale());
   hp.gate = device_gate();
   if (fused_twins) {
     cuda::adam_update_bf16_twins(dp, dg_bf16, dm, dv, dtwin, dn, hp);

@@ -149,6 +149,7 @@ void Optimizer::zero_grad(bool set_to_none) {
 }
 
 NamedTensors Optimizer::state_dict() const {
+  settle();
   NamedTensors out;
   out.emplace_back("step", from_vector<int64_t>({step_count()}, {}, TensorOptions{}.with_dtype(DType::Int64)));
   for (size_t g = 0; g < groups_.size(); ++g)

@@ -70,6 +70,9 @@ class Optimizer {
   virtual int64_t step_count() const { return step_; }
   const std::vector<ParamGroup>& param_groups() const { return groups_; }
 
+  // Makes the parameters and state tensors hold the current values, which an optimizer may keep elsewhere
+  // between steps (Adam::speculate); state_dict() calls it. Call it before reading the parameters.
+  virtual void settle() const {}
   // Everything needed to resume: "step" (int64 scalar) and "<state>.<param name>" for each state tensor.
   NamedTensors state_dict() const;
   const std::vector<std::string>& state_names() const { return state_names_; }  // the <state> parts

@@ -112,6 +112,12 @@ void Trainer::decide_on_device(HostReadback& readback) {
     group_->allreduce(sums, dist::ReduceOp::Sum)->wait();
     agreed = sums.slice(0, 2);
     sum_of_squares = sums.slice(2, 3);
+  } else if (speculative_) {
+    // The update goes first, into copies that do not count yet, and sums the gradients' squares as it reads
+    // them; the outcome then keeps it, or a skip leaves everything as it was (optim/adam.h).
+    optimizer_->step();
+    readback.copy(speculative_->resolve(agreed));
+    return;
   } else {
     mixed_->grads_to_master();  // float32 copies of 16-bit gradients, unless the update reads them itself
     std::vector<Tensor> with_grads;
@@ -299,6 +305,7 @@ std::string Trainer::save(int64_t step) {
   }
   if (is_main()) {
     // Float32 masters (the true weights under mixed precision) and the persistent buffers.
+    optimizer().settle();
     NamedTensors state = mixed_->master_params();
     std::set<std::string> params;
     for (const auto& [name, t] : model_->module()->named_parameters()) params.insert(name);
@@ -418,6 +425,7 @@ int Trainer::run() {
   spdlog::info("output  {} (config.yaml, {}checkpoints)", config_.checkpoint.dir,
                config_.logging.metrics_file.rfind(config_.checkpoint.dir, 0) == 0 ? "metrics.jsonl, " : "");
   spdlog::info("steps   {}", graph_choice_);
+  if (!update_choice_.empty()) spdlog::info("update  {}", update_choice_);
   if (group_) {
     spdlog::info("exchange {}{} ({})", exchange_.strategy, exchange_.copy_engines ? " on the copy engines" : "",
                  exchange_.why);

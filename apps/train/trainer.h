@@ -20,6 +20,7 @@
 #include "distributed/sharded_optimizer.h"
 #include "metrics_log.h"
 #include "model_factory.h"
+#include "optim/adam.h"
 #include "optim/checkpoint.h"
 #include "optim/lr_schedule.h"
 #include "optim/mixed_precision.h"
@@ -54,6 +55,11 @@ class Trainer {
   // How steps run, and why: "replayed from a CUDA graph ..." or "eager (...)".
   std::string choose_cuda_graph() const;
   std::string graph_choice_;
+  // When the update runs, and why: before its decision (Adam::speculate) where nothing but the non-finite
+  // skip needs the gradients first; empty where the step is not decided on the device.
+  std::string choose_update();
+  std::string update_choice_;
+  optim::Adam* speculative_ = nullptr;  // the optimizer, when it updates before the decision
   // How gradients are exchanged under several processes (distributed.strategy, resolved), and why.
   struct ExchangeChoice {
     std::string strategy;  // allreduce | zero | gathered_grads
@@ -104,7 +110,7 @@ class Trainer {
   // This process's stop request as the device reads it when it computes the agreement: page-locked on a GPU,
   // so a replayed graph reads each step's value.
   std::unique_ptr<double, void (*)(double*)> stop_flag_{nullptr, nullptr};
-  Tensor agreed_;                        // the current step's agreement (a replayed graph rewrites it)
+  Tensor agreed_;                          // the current step's agreement (a replayed graph rewrites it)
   std::shared_ptr<dist::Work> agreement_;  // its sum over ranks, in flight during backward
   double last_completed_at_ = 0;
   // The mean validation loss over eval.batches (NaN without validation data) and, for classifiers, the

@@ -239,6 +239,30 @@ std::string Trainer::choose_cuda_graph() const {
   return "replayed from a CUDA graph after two eager steps (training.cuda_graph auto)";
 }
 
+std::string Trainer::choose_update() {
+  if (!decides_on_device() || !device_.is_cuda()) return "";
+  auto* adam = dynamic_cast<optim::Adam*>(optimizer_.get());
+  if (sharded_ || adam == nullptr || !mixed_->fused()) return "decided, then applied";
+  if (config_.training.grad_clip > 0) return "decided, then applied (gradient clipping needs the norm first)";
+  // The second copy of the float32 masters and both moments, beside the activations still to come.
+  const double bytes = 12.0 * static_cast<double>(model_->num_parameters());
+  const double activations =
+      estimate_training_memory(config_, data_.shape, compute_, device_, env_.world_size).activations;
+  const double free = static_cast<double>(cuda::free_memory(device_.index));
+  if (bytes + activations > free / 2) {
+    return fmt::format(
+        "decided, then applied (a second copy of the optimizer state, {}, and the activations would "
+        "take over half of the free memory)",
+        human_bytes(bytes));
+  }
+  adam->speculate();
+  speculative_ = adam;
+  return fmt::format(
+      "applied before its decision into a second copy of the optimizer state ({}), kept unless "
+      "the step is skipped (training.grad_clip 0: nothing else needs the gradients first)",
+      human_bytes(bytes));
+}
+
 Trainer::ExchangeChoice Trainer::choose_exchange() const {
   const DistributedConfig& d = config_.distributed;
   ExchangeChoice c;
@@ -361,6 +385,7 @@ void Trainer::setup_optimizer() {
     }
     *stop_flag_ = 0;
   }
+  update_choice_ = choose_update();
   graph_choice_ = choose_cuda_graph();
   if (graph_choice_.rfind("replayed", 0) == 0) {
     // What the graph holds: zeroed gradients, the loss, its backward (apps/train/step_graph.h).

@@ -34,17 +34,22 @@ constexpr int64_t kChunk = 16384;  // elements per block; a multiple of 4 * kThr
 constexpr int kThreads = 512;
 static_assert(kChunk % (4 * kThreads) == 0, "a chunk is whole float4 steps of every thread");
 
-struct MultiTensorArgs {
-  void* ptrs[kMaxLists][kMaxTensors];
-  int64_t sizes[kMaxTensors];
-  int32_t first_chunk[kMaxTensors + 1];  // tensor t's chunks are blocks [first_chunk[t], first_chunk[t + 1])
-  uint8_t vector_ok[kMaxTensors];        // every pointer of tensor t is aligned for 4-element accesses
+// kLists pointer lists of up to kPackTensors tensors each: the kernels' argument.
+template <int kLists, int kPackTensors = kMaxTensors>
+struct TensorPack {
+  static constexpr int kCapacity = kPackTensors;
+  void* ptrs[kLists][kPackTensors];
+  int64_t sizes[kPackTensors];
+  int32_t first_chunk[kPackTensors + 1];  // tensor t's chunks are blocks [first_chunk[t], first_chunk[t + 1])
+  uint8_t vector_ok[kPackTensors];        // every pointer of tensor t is aligned for 4-element accesses
   int32_t num_tensors;
 };
+using MultiTensorArgs = TensorPack<kMaxLists>;
 static_assert(sizeof(MultiTensorArgs) < 32 * 1024, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
 
 // The tensor whose chunks include block `block`: the last t with first_chunk[t] <= block.
-__device__ __forceinline__ int tensor_of_block(const MultiTensorArgs& args, int block) {
+template <class Pack>
+__device__ __forceinline__ int tensor_of_block(const Pack& args, int block) {
   int lo = 0, hi = args.num_tensors - 1;
   while (lo < hi) {
     const int mid = (lo + hi + 1) / 2;
@@ -62,8 +67,8 @@ struct ChunkRange {
   int tensor;
   int64_t begin, end;
 };
-__device__ __forceinline__ ChunkRange chunk_of_block(const MultiTensorArgs& args) {
-  const int block = static_cast<int>(blockIdx.x);
+template <class Pack>
+__device__ __forceinline__ ChunkRange chunk_of_block(const Pack& args, int block = static_cast<int>(blockIdx.x)) {
   const int t = tensor_of_block(args, block);
   const int64_t begin = static_cast<int64_t>(block - args.first_chunk[t]) * kChunk;
   return {t, begin, min(begin + kChunk, args.sizes[t])};
@@ -73,10 +78,10 @@ __device__ __forceinline__ ChunkRange chunk_of_block(const MultiTensorArgs& args
 // `elem_bytes[l]` is the element size of list l: a tensor takes the vector path when each of its
 // pointers is a multiple of 4 elements' bytes (a null pointer, an absent list, counts as aligned).
 // `first_block` numbers blocks globally across launches (used to place per-block partial sums).
-template <class Launch>
+template <class Pack = MultiTensorArgs, class Launch>
 void multi_tensor_apply(int num_lists, const std::vector<std::vector<void*>>& lists, const std::vector<int64_t>& sizes,
                         const std::vector<int>& elem_bytes, Launch launch) {
-  MultiTensorArgs args;
+  Pack args;
   int tensors = 0, chunks = 0, first_block = 0;
   auto flush = [&] {
     if (chunks > 0) {
@@ -102,7 +107,7 @@ void multi_tensor_apply(int num_lists, const std::vector<std::vector<void*>>& li
     args.first_chunk[tensors] = chunks;
     chunks += static_cast<int>((sizes[t] + kChunk - 1) / kChunk);
     ++tensors;
-    if (tensors == kMaxTensors) flush();
+    if (tensors == Pack::kCapacity) flush();
   }
   flush();
 }
@@ -147,8 +152,8 @@ __device__ __forceinline__ float4 load_grad4(const __nv_bfloat16* g) {
 // tensor is aligned for 4-element accesses, then one(i) for the rest (all of them when it is not).
 // Alignment invariant: chunks start at multiples of kChunk (a multiple of 4) from the tensor's start,
 // so base + begin + 4q keeps the base pointer's 4-element alignment that the host checked.
-template <class Quad, class One>
-__device__ __forceinline__ void for_each_element(const MultiTensorArgs& args, const ChunkRange& c, Quad quad, One one) {
+template <class Pack, class Quad, class One>
+__device__ __forceinline__ void for_each_element(const Pack& args, const ChunkRange& c, Quad quad, One one) {
   int64_t scalar_from = c.begin;
   if (args.vector_ok[c.tensor]) {
     const int64_t quads = (c.end - c.begin) / 4;
@@ -254,6 +259,18 @@ __global__ void __launch_bounds__(kThreads) sgd_kernel(MultiTensorArgs args, Sgd
 
 __device__ __forceinline__ float square_sum4(const float4& v) { return v.x * v.x + v.y * v.y + v.z * v.z + v.w * v.w; }
 
+// *out = the sum of every thread's `acc` over a fixed tree (the same bits every run), in float32.
+__device__ __forceinline__ void write_block_sum(float acc, double* out) {
+  __shared__ float shared[kThreads];
+  shared[threadIdx.x] = acc;
+  __syncthreads();
+  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
+    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
+    __syncthreads();
+  }
+  if (threadIdx.x == 0) *out = static_cast<double>(shared[0]);
+}
+
 // Per-block sum of squares in float32 (tree within the block, fixed order), written to
 // partials[first_block + blockIdx.x]; the partials are then summed in double by one block. Memory-bound
 // (2 bytes per bf16 gradient): aligned tensors are read 4 elements per access, as the updates read them.
@@ -263,7 +280,6 @@ __device__ __forceinline__ float square_sum4(const float4& v) { return v.x * v.x
 template <class T>
 __global__ void __launch_bounds__(kThreads)
     sum_squares_kernel(MultiTensorArgs args, double* partials, int first_block) {
-  __shared__ float shared[kThreads];
   const ChunkRange c = chunk_of_block(args);
   const T* x = static_cast<const T*>(args.ptrs[0][c.tensor]);
   float acc = 0.f;
@@ -282,16 +298,107 @@ __global__ void __launch_bounds__(kThreads)
           acc += xi * xi;
         });
   }
-  shared[threadIdx.x] = acc;
-  __syncthreads();
-  for (int s = blockDim.x / 2; s > 0; s >>= 1) {
-    if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
-    __syncthreads();
-  }
-  if (threadIdx.x == 0) partials[first_block + blockIdx.x] = static_cast<double>(shared[0]);
+  write_block_sum(acc, partials + first_block + blockIdx.x);
 }
 
-__global__ void reduce_partials_kernel(const double* partials, int64_t n, double* out) {
+// Speculative AdamW through bf16 twins (fused_kernels.h, AdamSpeculation). Lists: 0 masters, 1 bf16
+// gradients (null: the tensor has none this step, and its state is carried over unchanged), 2 exp_avg,
+// 3 exp_avg_sq, 4 twins, then the second copies of 0, 2 and 3. Reads the copies that hold the state now and
+// writes the others, so nothing that counts is overwritten before the step is decided. Each block also sums
+// its gradients' squares as sum_squares_kernel does (the same adds in the same order), for the decision.
+using SpeculativePack = TensorPack<8>;
+static_assert(sizeof(SpeculativePack) < 32 * 1024, "kernel parameters are limited to 32 KB (CUDA 12.1+)");
+
+template <bool kDecoupled>
+__global__ void __launch_bounds__(kThreads)
+    adam_speculative_kernel(SpeculativePack args, AdamParams hp, AdamSpeculation spec, int first_block) {
+  // The step this update would be: the committed count plus one, corrected as adam_advance_step does.
+  const double t = static_cast<double>(*spec.step + 1);
+  hp.bias_correction1 = static_cast<float>(1.0 - pow(spec.beta1, t));
+  hp.bias_correction2 = static_cast<float>(1.0 - pow(spec.beta2, t));
+  const ChunkRange c = chunk_of_block(args);
+  const int k = c.tensor;
+  const int from = *spec.current == 0 ? 0 : 1;
+  auto list = [&](int first, int second, int side) {
+    return static_cast<float*>(args.ptrs[side == 0 ? first : second][k]);
+  };
+  const float* p = list(0, 5, from);
+  const float* m = list(2, 6, from);
+  const float* v = list(3, 7, from);
+  float* p_out = list(0, 5, 1 - from);
+  float* m_out = list(2, 6, 1 - from);
+  float* v_out = list(3, 7, 1 - from);
+  const __nv_bfloat16* g = static_cast<const __nv_bfloat16*>(args.ptrs[1][k]);
+  __nv_bfloat16* twin = static_cast<__nv_bfloat16*>(args.ptrs[4][k]);
+  float acc = 0.f;
+  if (g == nullptr) {
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) {
+      p_out[i] = p[i];
+      m_out[i] = m[i];
+      v_out[i] = v[i];
+    }
+  } else {
+    for_each_element(
+        args, c,
+        [&](int64_t i) {
+          float4 w = load4(p + i), mi = load4(m + i), vi = load4(v + i);
+          const float4 gi = load_grad4(g + i);
+          acc += square_sum4(gi);
+          w.x = adam_element<kDecoupled>(w.x, gi.x, mi.x, vi.x, hp);
+          w.y = adam_element<kDecoupled>(w.y, gi.y, mi.y, vi.y, hp);
+          w.z = adam_element<kDecoupled>(w.z, gi.z, mi.z, vi.z, hp);
+          w.w = adam_element<kDecoupled>(w.w, gi.w, mi.w, vi.w, hp);
+          store4(p_out + i, w);
+          store4(m_out + i, mi);
+          store4(v_out + i, vi);
+          uint2 packed;
+          *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(w.x, w.y);
+          *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(w.z, w.w);
+          *reinterpret_cast<uint2*>(twin + i) = packed;
+        },
+        [&](int64_t i) {
+          const float gi = static_cast<float>(g[i]);
+          acc += gi * gi;
+          float mi = m[i], vi = v[i];
+          const float w = adam_element<kDecoupled>(p[i], gi, mi, vi, hp);
+          m_out[i] = mi;
+          v_out[i] = vi;
+          p_out[i] = w;
+          twin[i] = __float2bfloat16_rn(w);
+        });
+  }
+  write_block_sum(acc, spec.partials + first_block + blockIdx.x);
+}
+
+// A skipped speculative step wrote its twins from values that do not count: round them again from the
+// masters that do (lists: masters, their second copies, twins). A kept step (almost every one) has nothing
+// to do, so the grid is a few blocks a multiprocessor that stride over the chunks, not a block per chunk.
+__global__ void __launch_bounds__(kThreads)
+    adam_speculation_restore_kernel(TensorPack<3> args, int chunks, const double* skip, const int* current) {
+  if (*skip == 0) return;
+  for (int block = static_cast<int>(blockIdx.x); block < chunks; block += static_cast<int>(gridDim.x)) {
+    const ChunkRange c = chunk_of_block(args, block);
+    const float* p = static_cast<const float*>(args.ptrs[*current == 0 ? 0 : 1][c.tensor]);
+    __nv_bfloat16* twin = static_cast<__nv_bfloat16*>(args.ptrs[2][c.tensor]);
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) twin[i] = __float2bfloat16_rn(p[i]);
+  }
+}
+
+// Lists: masters, exp_avg, exp_avg_sq, then their second copies. When the second copies hold the state,
+// copies it into the first.
+__global__ void __launch_bounds__(kThreads) adam_speculation_settle_kernel(TensorPack<6> args, const int* current) {
+  if (*current == 0) return;
+  const ChunkRange c = chunk_of_block(args);
+  for (int l = 0; l < 3; ++l) {
+    float* dst = static_cast<float*>(args.ptrs[l][c.tensor]);
+    const float* src = static_cast<const float*>(args.ptrs[l + 3][c.tensor]);
+    for (int64_t i = c.begin + threadIdx.x; i < c.end; i += blockDim.x) dst[i] = src[i];
+  }
+}
+
+// The sum of partials[0, n) in double, over a fixed order (each thread a strided run, then a tree): the
+// value in thread 0. Every thread of the block calls it.
+__device__ double block_sum_of(const double* partials, int64_t n) {
   __shared__ double shared[kThreads];
   double acc = 0;
   for (int64_t i = threadIdx.x; i < n; i += blockDim.x) acc += partials[i];
@@ -301,7 +408,40 @@ __global__ void reduce_partials_kernel(const double* partials, int64_t n, double
     if (threadIdx.x < s) shared[threadIdx.x] += shared[threadIdx.x + s];
     __syncthreads();
   }
-  if (threadIdx.x == 0) *out = shared[0];
+  return shared[0];
+}
+
+__global__ void reduce_partials_kernel(const double* partials, int64_t n, double* out) {
+  const double sum = block_sum_of(partials, n);
+  if (threadIdx.x == 0) *out = sum;
+}
+
+// optim/step_outcome.h's entries from the agreement and the squared gradient norm.
+__device__ void write_step_outcome(const double* agreed, double sum_of_squares, double max_norm, double* out) {
+  const double loss = agreed[0];
+  const double norm = sqrt(sum_of_squares);
+  const bool finite_norm = isfinite(norm);
+  out[0] = loss;
+  out[1] = agreed[1];
+  out[2] = isfinite(loss) && finite_norm ? 0.0 : 1.0;
+  // optim/grad_clip.cpp clip_factor, the same double arithmetic.
+  out[3] = finite_norm && max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
+  out[4] = norm;
+}
+
+// A speculative step's outcome from the squares its update summed (no clipping), and for a kept step the
+// count and the copies that now hold the state. One block.
+__global__ void adam_speculation_resolve_kernel(const double* partials, int64_t n, const double* agreed,
+                                                double* outcome, int64_t* step, float* bias_corrections, double beta1,
+                                                double beta2, int* current) {
+  const double sum = block_sum_of(partials, n);
+  if (threadIdx.x != 0) return;
+  write_step_outcome(agreed, sum, 0, outcome);
+  if (outcome[2] != 0) return;
+  const int64_t t = ++*step;  // as adam_advance_step counts
+  bias_corrections[0] = static_cast<float>(1.0 - pow(beta1, static_cast<double>(t)));
+  bias_corrections[1] = static_cast<float>(1.0 - pow(beta2, static_cast<double>(t)));
+  *current = 1 - *current;
 }
 
 __global__ void __launch_bounds__(kThreads) scale_kernel(MultiTensorArgs args, float factor) {
@@ -385,6 +525,67 @@ void adam_update_bf16_twins(const std::vector<float*>& params, const std::vector
                      });
 }
 
+void adam_update_speculative(const std::vector<float*>& params, const std::vector<const void*>& grads_bf16,
+                             const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
+                             const std::vector<void*>& twins_bf16, const SecondCopies& second,
+                             const std::vector<int64_t>& sizes, const AdamParams& hp, const AdamSpeculation& spec,
+                             int64_t first_block) {
+  check_sizes("adam_update_speculative", params.size(), sizes);
+  DPT_CHECK(grads_bf16.size() == sizes.size() && exp_avg.size() == sizes.size() && exp_avg_sq.size() == sizes.size() &&
+                twins_bf16.size() == sizes.size() && second.params.size() == sizes.size() &&
+                second.exp_avg.size() == sizes.size() && second.exp_avg_sq.size() == sizes.size(),
+            "adam_update_speculative: lists of different lengths");
+  cudaStream_t stream = dpt::cuda::current_stream();
+  multi_tensor_apply<SpeculativePack>(
+      8,
+      {as_void(params), as_void(grads_bf16), as_void(exp_avg), as_void(exp_avg_sq), twins_bf16, as_void(second.params),
+       as_void(second.exp_avg), as_void(second.exp_avg_sq)},
+      sizes, {4, 2, 4, 4, 2, 4, 4, 4}, [&](const SpeculativePack& args, int blocks, int first) {
+        const int at = static_cast<int>(first_block) + first;
+        if (hp.decoupled) {
+          adam_speculative_kernel<true><<<blocks, kThreads, 0, stream>>>(args, hp, spec, at);
+        } else {
+          adam_speculative_kernel<false><<<blocks, kThreads, 0, stream>>>(args, hp, spec, at);
+        }
+        DPT_CUDA_CHECK(cudaGetLastError());
+      });
+}
+
+void adam_speculation_resolve(const AdamSpeculation& spec, int64_t partials, const double* agreed, double* outcome,
+                              float* bias_corrections, const std::vector<float*>& params,
+                              const std::vector<float*>& second_params, const std::vector<void*>& twins_bf16,
+                              const std::vector<int64_t>& sizes) {
+  check_sizes("adam_speculation_resolve", params.size(), sizes);
+  cudaStream_t stream = dpt::cuda::current_stream();
+  adam_speculation_resolve_kernel<<<1, kThreads, 0, stream>>>(spec.partials, partials, agreed, outcome, spec.step,
+                                                              bias_corrections, spec.beta1, spec.beta2, spec.current);
+  DPT_CUDA_CHECK(cudaGetLastError());
+  // After the resolution: a skipped step left `current` as it was, at the copies that hold the state.
+  multi_tensor_apply<TensorPack<3>>(3, {as_void(params), as_void(second_params), twins_bf16}, sizes, {4, 4, 2},
+                                    [&](const TensorPack<3>& args, int chunks, int) {
+                                      adam_speculation_restore_kernel<<<std::min(chunks, 264), kThreads, 0, stream>>>(
+                                          args, chunks, outcome + 2, spec.current);
+                                      DPT_CUDA_CHECK(cudaGetLastError());
+                                    });
+}
+
+void adam_speculation_settle(const std::vector<float*>& params, const std::vector<float*>& exp_avg,
+                             const std::vector<float*>& exp_avg_sq, const SecondCopies& second,
+                             const std::vector<int64_t>& sizes, int* current) {
+  check_sizes("adam_speculation_settle", params.size(), sizes);
+  cudaStream_t stream = dpt::cuda::current_stream();
+  multi_tensor_apply<TensorPack<6>>(6,
+                                    {as_void(params), as_void(exp_avg), as_void(exp_avg_sq), as_void(second.params),
+                                     as_void(second.exp_avg), as_void(second.exp_avg_sq)},
+                                    sizes, {4, 4, 4, 4, 4, 4}, [&](const TensorPack<6>& args, int blocks, int) {
+                                      adam_speculation_settle_kernel<<<blocks, kThreads, 0, stream>>>(args, current);
+                                      DPT_CUDA_CHECK(cudaGetLastError());
+                                    });
+  DPT_CUDA_CHECK(cudaMemsetAsync(current, 0, sizeof(int), stream));  // after every block has read it
+}
+
+int64_t chunk_count(const std::vector<int64_t>& sizes) { return count_blocks(sizes); }
+
 void sgd_update(const std::vector<float*>& params, const std::vector<const float*>& grads,
                 const std::vector<float*>& momentum_buffers, const std::vector<int64_t>& sizes, const SgdParams& hp) {
   check_sizes("sgd_update", params.size(), sizes);
@@ -432,15 +633,7 @@ __global__ void step_agreement_kernel(const float* loss_sum, int64_t micro_batch
 }
 
 __global__ void step_outcome_kernel(const double* agreed, const double* sum_of_squares, double max_norm, double* out) {
-  const double loss = agreed[0];
-  const double norm = sqrt(*sum_of_squares);
-  const bool finite_norm = isfinite(norm);
-  out[0] = loss;
-  out[1] = agreed[1];
-  out[2] = isfinite(loss) && finite_norm ? 0.0 : 1.0;
-  // optim/grad_clip.cpp clip_factor, the same double arithmetic.
-  out[3] = finite_norm && max_norm > 0 && norm > max_norm ? max_norm / (norm + 1e-6) : 1.0;
-  out[4] = norm;
+  write_step_outcome(agreed, *sum_of_squares, max_norm, out);
 }
 
 // Waits for the stream and returns the sum sum_of_squares_into wrote.

@@ -41,6 +41,42 @@ void adam_update_bf16_twins(const std::vector<float*>& params, const std::vector
                             const std::vector<void*>& twins_bf16, const std::vector<int64_t>& sizes,
                             const AdamParams& hp);
 
+// Speculative updates: AdamW through bf16 twins run before the step is decided, so that nothing has to read
+// the gradients first (optim/adam.h, Adam::speculate). Every master and moment has a second copy; the update
+// reads the copies that hold the state (`current`) and writes the others, writes the twins, and sums the
+// squares of the gradients it reads. adam_speculation_resolve then decides the step from those sums and
+// keeps it (the written copies then hold the state and the step is counted) or skips it (the twins are
+// rounded again from the state).
+struct AdamSpeculation {
+  int64_t* step = nullptr;  // device: the steps counted so far; this update is step *step + 1
+  double beta1 = 0.9, beta2 = 0.999;
+  int* current = nullptr;      // device: 0 when the first copies hold the state, 1 when the second do
+  double* partials = nullptr;  // device: one float64 per chunk of every tensor, the chunk's sum of squares
+};
+struct SecondCopies {
+  std::vector<float*> params, exp_avg, exp_avg_sq;
+};
+// A null gradient: the tensor has none this step; its state is carried into the written copies. The
+// tensors' partial sums go to spec.partials[first_block, first_block + chunk_count(sizes)).
+void adam_update_speculative(const std::vector<float*>& params, const std::vector<const void*>& grads_bf16,
+                             const std::vector<float*>& exp_avg, const std::vector<float*>& exp_avg_sq,
+                             const std::vector<void*>& twins_bf16, const SecondCopies& second,
+                             const std::vector<int64_t>& sizes, const AdamParams& hp, const AdamSpeculation& spec,
+                             int64_t first_block);
+// The outcome (float64 outcome[5], as step_outcome writes it, no clipping) from the agreement and the first
+// `partials` partial sums; a kept step is counted (step, bias_corrections as adam_advance_step writes them)
+// and current = 1 - current; a skipped one rounds the twins again from the masters that hold the state.
+void adam_speculation_resolve(const AdamSpeculation& spec, int64_t partials, const double* agreed, double* outcome,
+                              float* bias_corrections, const std::vector<float*>& params,
+                              const std::vector<float*>& second_params, const std::vector<void*>& twins_bf16,
+                              const std::vector<int64_t>& sizes);
+// The state into the first copies (a copy when the second hold it), then current = 0.
+void adam_speculation_settle(const std::vector<float*>& params, const std::vector<float*>& exp_avg,
+                             const std::vector<float*>& exp_avg_sq, const SecondCopies& second,
+                             const std::vector<int64_t>& sizes, int* current);
+// The number of chunks (partial sums) of tensors of these sizes.
+int64_t chunk_count(const std::vector<int64_t>& sizes);
+
 struct SgdParams {
   float lr = 1e-2f, momentum = 0.f, weight_decay = 0.f;
   bool nesterov = false;

@@ -239,6 +239,63 @@ TEST(TrainCudaGraph, TwoGpusUnderDdpReproduceTheEagerRunExactly) {
                       12);
 }
 
+// Without clipping, a GPU run updates before each step is decided (optim/adam.h, Adam::speculate): the same
+// losses, learning rates and validation losses digit for digit as the decided path (clipping at a norm never
+// reached: factor 1), gradient norms summed in another order. Checkpoints every 3 steps are saved while the
+// second copies hold the state; the run resumed from step 3 continues the uninterrupted one digit for digit.
+TEST(TrainSpeculativeUpdate, CudaRunWithoutClippingMatchesTheDecidedRunAndResumesExactly) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScratchDir spec("speculative.run"), decided("speculative.decided"), resumed("speculative.resumed");
+  auto args = [](const ScratchDir& dir, const std::string& clip) {
+    std::vector<std::string> a = gpu_gpt(dir, true);
+    a.push_back("training.grad_clip=" + clip);
+    a.push_back("checkpoint.every=3");
+    return a;
+  };
+  RunResult a = train(config_path("char_gpt.yaml"), args(spec, "0"));
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("update  applied before its decision"), std::string::npos) << a.output;
+  RunResult b = train(config_path("char_gpt.yaml"), args(decided, "1e30"));
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  EXPECT_NE(b.output.find("update  decided, then applied (gradient clipping"), std::string::npos) << b.output;
+  const std::vector<Record> x = read_metrics(spec.file("run/metrics.jsonl"));
+  const std::vector<Record> y = read_metrics(decided.file("run/metrics.jsonl"));
+  expect_close_history(y, x, 12);
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) {
+    EXPECT_EQ(x[i].loss, y[i].loss) << x[i].line;
+    EXPECT_EQ(x[i].val_loss, y[i].val_loss) << x[i].line;
+  }
+  fs::copy(spec.file("run"), resumed.file("run"), fs::copy_options::recursive);
+  for (const char* later : {"run/step_00000006", "run/step_00000009", "run/step_00000012"})
+    fs::remove_all(resumed.file(later));
+  RunResult c = train(config_path("char_gpt.yaml"), args(resumed, "0"));
+  ASSERT_EQ(c.exit_code, 0) << c.output;
+  EXPECT_NE(c.output.find("at step 3"), std::string::npos) << c.output;
+  expect_same_history(x, read_metrics(resumed.file("run/metrics.jsonl")), 12);
+}
+
+// Under DDP's all-reduce on two GPUs every rank updates before the decision, from the same averaged
+// gradients: the decided run's losses digit for digit.
+TEST(TrainSpeculativeUpdate, TwoGpusUnderDdpMatchTheDecidedRun) {
+  if (!cuda::is_available() || cuda::device_count() < 2) GTEST_SKIP() << "needs 2 CUDA devices";
+  ScratchDir spec("speculative.ddp"), decided("speculative.ddp.decided");
+  auto args = [](const ScratchDir& dir, const std::string& clip) {
+    std::vector<std::string> a = small_mlp(dir, 20);
+    a[0] = "training.device=cuda";
+    a.insert(a.end(), {"distributed.strategy=allreduce", "training.grad_clip=" + clip});
+    return a;
+  };
+  RunResult a = train(config_path("mlp_synthetic.yaml"), args(spec, "0"), 2);
+  ASSERT_EQ(a.exit_code, 0) << a.output;
+  EXPECT_NE(a.output.find("update  applied before its decision"), std::string::npos) << a.output;
+  RunResult b = train(config_path("mlp_synthetic.yaml"), args(decided, "1e30"), 2);
+  ASSERT_EQ(b.exit_code, 0) << b.output;
+  const std::vector<Record> x = read_metrics(spec.file("run/metrics.jsonl"));
+  const std::vector<Record> y = read_metrics(decided.file("run/metrics.jsonl"));
+  expect_close_history(y, x, 20);
+  for (size_t i = 0; i < x.size() && i < y.size(); ++i) EXPECT_EQ(x[i].loss, y[i].loss) << x[i].line;
+}
+
 TEST(TrainResume, ResumedMlpRunReproducesTheUninterruptedLossesExactly) {
   ScratchDir full("resume.mlp.full"), resumed("resume.mlp.resumed");
   RunResult a = train(config_path("mlp_synthetic.yaml"), small_mlp(full, 30));
@@ -522,6 +579,25 @@ TEST(TrainFailures, NonFiniteStepsAreSkippedWithAWarningThenTheRunStops) {
   for (const auto& rec : train_records(read_metrics(dir.file("run/metrics.jsonl")))) skipped += rec.skipped;
   EXPECT_EQ(skipped, 3);
   EXPECT_FALSE(fs::exists(dir.file("run/step_00000600")));
+}
+
+// The same on a GPU without clipping, where each update runs before its step is decided: AdamW at lr 100 with
+// weight decay 1 multiplies every weight by -99 a step until the loss overflows, and every skipped update is
+// undone (the loss stays inf).
+TEST(TrainFailures, CudaNonFiniteStepsAreSkippedWhenTheUpdateRunsBeforeItsDecision) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  ScratchDir dir("nonfinite.speculative");
+  RunResult r =
+      train(config_path("mlp_synthetic.yaml"),
+            {"training.device=cuda", "data.kind=synthetic_regression", "data.num_features=8", "optim.kind=adamw",
+             "optim.lr=100", "optim.weight_decay=1", "training.grad_clip=0", "schedule.kind=constant",
+             "training.max_bad_steps=2", "logging.every=1", "checkpoint.dir=" + dir.file("run")});
+  EXPECT_EQ(r.exit_code, 1) << r.output;
+  EXPECT_NE(r.output.find("update  applied before its decision"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("exceed training.max_bad_steps (2)"), std::string::npos) << r.output;
+  int skipped = 0;
+  for (const auto& rec : train_records(read_metrics(dir.file("run/metrics.jsonl")))) skipped += rec.skipped;
+  EXPECT_EQ(skipped, 3);
 }
 
 // The same under ZeRO-1 on two processes: the ranks' shares of the norm are summed and every rank's sharded
