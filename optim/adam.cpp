@@ -179,6 +179,7 @@ void Adam::speculate() {
 
 struct Adam::AllTensors {
   std::vector<float*> params, exp_avg, exp_avg_sq;
+  std::vector<const void*> grads;  // the twins' gradients, null where there is none
   std::vector<void*> twins;
   std::vector<int64_t> sizes;
 #ifdef DPT_HAVE_CUDA
@@ -186,15 +187,17 @@ struct Adam::AllTensors {
 #endif
 };
 
-Adam::AllTensors Adam::all_tensors() const {
+Adam::AllTensors Adam::tensors_of(size_t first_group, size_t end_group) const {
   AllTensors all;
-  for (size_t g = 0; g < param_groups().size(); ++g) {
+  for (size_t g = first_group; g < end_group; ++g) {
     for (size_t i = 0; i < param_groups()[g].params.size(); ++i) {
+      const Tensor tw = twin(g, i);
       all.params.push_back(param_groups()[g].params[i].second.data<float>());
       all.exp_avg.push_back(state_[g][i][0].data<float>());
       all.exp_avg_sq.push_back(state_[g][i][1].data<float>());
-      all.twins.push_back(twin(g, i).data_ptr());
-      all.sizes.push_back(param_groups()[g].params[i].second.numel());
+      all.grads.push_back(tw.grad().defined() ? tw.grad().data_ptr() : nullptr);
+      all.twins.push_back(tw.data_ptr());
+      all.sizes.push_back(tw.numel());
 #ifdef DPT_HAVE_CUDA
       all.second.params.push_back(second_[g][i][0].data<float>());
       all.second.exp_avg.push_back(second_[g][i][1].data<float>());
@@ -212,7 +215,7 @@ Tensor Adam::resolve(const Tensor& agreed) {
             "Adam: resolve expects step_agreement's float64 [2] on {}", current_.device().str());
   Tensor outcome = Tensor::empty({kStepOutcomeSize}, agreed.options());  // the kernel writes every entry
 #ifdef DPT_HAVE_CUDA
-  const AllTensors all = all_tensors();
+  const AllTensors all = tensors_of(0, param_groups().size());
   cuda::adam_speculation_resolve(speculation(device_step_, options_, current_, partials_), next_partial_,
                                  agreed.data<double>(), outcome.data<double>(), device_bias_corrections_.data<float>(),
                                  all.params, all.second.params, all.twins, all.sizes);
@@ -223,39 +226,22 @@ Tensor Adam::resolve(const Tensor& agreed) {
 void Adam::settle() const {
   if (!speculates()) return;
 #ifdef DPT_HAVE_CUDA
-  const AllTensors all = all_tensors();
+  const AllTensors all = tensors_of(0, param_groups().size());
   cuda::adam_speculation_settle(all.params, all.exp_avg, all.exp_avg_sq, all.second, all.sizes, current_.data<int>());
 #endif
 }
 
 void Adam::update_group_speculatively(size_t g) {
-#ifdef DPT_HAVE_CUDA
-  const ParamGroup& group = param_groups()[g];
-  std::vector<float*> dp, dm, dv;
-  std::vector<const void*> dg;
-  std::vector<void*> dtwin;
-  std::vector<int64_t> dn;
-  cuda::SecondCopies second;
-  for (size_t i = 0; i < group.params.size(); ++i) {
+  for (size_t i = 0; i < param_groups()[g].params.size(); ++i)
     DPT_CHECK(selected(g, i), "Adam: a speculative step updates every parameter at once (step(), not update())");
-    const Tensor tw = twin(g, i);
-    dp.push_back(group.params[i].second.data<float>());
-    dg.push_back(tw.grad().defined() ? tw.grad().data_ptr() : nullptr);  // none: carried over
-    dm.push_back(state_[g][i][0].data<float>());
-    dv.push_back(state_[g][i][1].data<float>());
-    dtwin.push_back(tw.data_ptr());
-    dn.push_back(tw.numel());
-    second.params.push_back(second_[g][i][0].data<float>());
-    second.exp_avg.push_back(second_[g][i][1].data<float>());
-    second.exp_avg_sq.push_back(second_[g][i][2].data<float>());
-  }
-  const cuda::AdamParams hp =
-      kernel_params(options_, decoupled_, lr() * group.lr_scale, group.weight_decay, grad_scale());
-  cuda::adam_update_speculative(dp, dg, dm, dv, dtwin, second, dn, hp,
-                                speculation(device_step_, options_, current_, partials_), next_partial_);
-  next_partial_ += cuda::chunk_count(dn);
-#else
-  (void)g;
+#ifdef DPT_HAVE_CUDA
+  const AllTensors group = tensors_of(g, g + 1);
+  const cuda::AdamParams hp = kernel_params(options_, decoupled_, lr() * param_groups()[g].lr_scale,
+                                            param_groups()[g].weight_decay, grad_scale());
+  cuda::adam_update_speculative(group.params, group.grads, group.exp_avg, group.exp_avg_sq, group.twins, group.second,
+                                group.sizes, hp, speculation(device_step_, options_, current_, partials_),
+                                next_partial_);
+  next_partial_ += cuda::chunk_count(group.sizes);
 #endif
 }
 

@@ -58,9 +58,9 @@ class Adam : public Optimizer {
  private:
   const double* device_gate() const;
   void update_group_speculatively(size_t g);
-  // Pointer lists of every parameter, in group order, for the speculative kernels.
+  // Pointer lists of groups [first_group, end_group)'s parameters, in order, for the speculative kernels.
   struct AllTensors;
-  AllTensors all_tensors() const;
+  AllTensors tensors_of(size_t first_group, size_t end_group) const;
 
   AdamOptions options_;
   bool decoupled_;

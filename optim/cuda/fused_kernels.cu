@@ -166,6 +166,40 @@ __device__ __forceinline__ void for_each_element(const Pack& args, const ChunkRa
 __device__ __forceinline__ float4 load4(const float* x) { return *reinterpret_cast<const float4*>(x); }
 __device__ __forceinline__ void store4(float* x, const float4& value) { *reinterpret_cast<float4*>(x) = value; }
 
+// Four elements' update from p, m, v into p_out, m_out, v_out (the same pointers for an update in place),
+// and with kTwin the new values rounded into twin.
+template <bool kDecoupled, bool kTwin>
+__device__ __forceinline__ void adam_quad(const float* p, const float* m, const float* v, const float4& gi,
+                                          float* p_out, float* m_out, float* v_out, __nv_bfloat16* twin,
+                                          const AdamParams& hp) {
+  float4 w = load4(p), mi = load4(m), vi = load4(v);
+  w.x = adam_element<kDecoupled>(w.x, gi.x, mi.x, vi.x, hp);
+  w.y = adam_element<kDecoupled>(w.y, gi.y, mi.y, vi.y, hp);
+  w.z = adam_element<kDecoupled>(w.z, gi.z, mi.z, vi.z, hp);
+  w.w = adam_element<kDecoupled>(w.w, gi.w, mi.w, vi.w, hp);
+  store4(p_out, w);
+  store4(m_out, mi);
+  store4(v_out, vi);
+  if constexpr (kTwin) {
+    uint2 packed;
+    *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(w.x, w.y);
+    *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(w.z, w.w);
+    *reinterpret_cast<uint2*>(twin) = packed;
+  }
+}
+
+// One element's update, as adam_quad's.
+template <bool kDecoupled, bool kTwin>
+__device__ __forceinline__ void adam_one(const float* p, const float* m, const float* v, float gi, float* p_out,
+                                         float* m_out, float* v_out, __nv_bfloat16* twin, const AdamParams& hp) {
+  float mi = *m, vi = *v;
+  const float w = adam_element<kDecoupled>(*p, gi, mi, vi, hp);
+  *m_out = mi;
+  *v_out = vi;
+  *p_out = w;
+  if constexpr (kTwin) *twin = __float2bfloat16_rn(w);
+}
+
 // G: the gradient's type (float, or __nv_bfloat16 read straight from a bf16 model's gradients).
 // kTwin: also write the updated value, rounded to bf16, into list 4 (the model's compute copy), so
 // mixed precision needs neither float32 gradient copies nor a separate float32 -> bf16 pass.
@@ -188,32 +222,14 @@ __global__ void __launch_bounds__(kThreads) adam_kernel(MultiTensorArgs args, Ad
   float* m = static_cast<float*>(args.ptrs[2][c.tensor]);
   float* v = static_cast<float*>(args.ptrs[3][c.tensor]);
   __nv_bfloat16* twin = kTwin ? static_cast<__nv_bfloat16*>(args.ptrs[4][c.tensor]) : nullptr;
+  auto twin_at = [&](int64_t i) { return kTwin ? twin + i : nullptr; };
   for_each_element(
       args, c,
       [&](int64_t i) {
-        float4 w = load4(p + i), mi = load4(m + i), vi = load4(v + i);
-        const float4 gi = load_grad4(g + i);
-        w.x = adam_element<kDecoupled>(w.x, gi.x, mi.x, vi.x, hp);
-        w.y = adam_element<kDecoupled>(w.y, gi.y, mi.y, vi.y, hp);
-        w.z = adam_element<kDecoupled>(w.z, gi.z, mi.z, vi.z, hp);
-        w.w = adam_element<kDecoupled>(w.w, gi.w, mi.w, vi.w, hp);
-        store4(p + i, w);
-        store4(m + i, mi);
-        store4(v + i, vi);
-        if constexpr (kTwin) {
-          uint2 packed;
-          *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(w.x, w.y);
-          *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(w.z, w.w);
-          *reinterpret_cast<uint2*>(twin + i) = packed;
-        }
+        adam_quad<kDecoupled, kTwin>(p + i, m + i, v + i, load_grad4(g + i), p + i, m + i, v + i, twin_at(i), hp);
       },
       [&](int64_t i) {
-        float mi = m[i], vi = v[i];
-        const float w = adam_element<kDecoupled>(p[i], static_cast<float>(g[i]), mi, vi, hp);
-        m[i] = mi;
-        v[i] = vi;
-        p[i] = w;
-        if constexpr (kTwin) twin[i] = __float2bfloat16_rn(w);
+        adam_one<kDecoupled, kTwin>(p + i, m + i, v + i, static_cast<float>(g[i]), p + i, m + i, v + i, twin_at(i), hp);
       });
 }
 
@@ -341,30 +357,14 @@ __global__ void __launch_bounds__(kThreads)
     for_each_element(
         args, c,
         [&](int64_t i) {
-          float4 w = load4(p + i), mi = load4(m + i), vi = load4(v + i);
           const float4 gi = load_grad4(g + i);
           acc += square_sum4(gi);
-          w.x = adam_element<kDecoupled>(w.x, gi.x, mi.x, vi.x, hp);
-          w.y = adam_element<kDecoupled>(w.y, gi.y, mi.y, vi.y, hp);
-          w.z = adam_element<kDecoupled>(w.z, gi.z, mi.z, vi.z, hp);
-          w.w = adam_element<kDecoupled>(w.w, gi.w, mi.w, vi.w, hp);
-          store4(p_out + i, w);
-          store4(m_out + i, mi);
-          store4(v_out + i, vi);
-          uint2 packed;
-          *reinterpret_cast<__nv_bfloat162*>(&packed.x) = __floats2bfloat162_rn(w.x, w.y);
-          *reinterpret_cast<__nv_bfloat162*>(&packed.y) = __floats2bfloat162_rn(w.z, w.w);
-          *reinterpret_cast<uint2*>(twin + i) = packed;
+          adam_quad<kDecoupled, true>(p + i, m + i, v + i, gi, p_out + i, m_out + i, v_out + i, twin + i, hp);
         },
         [&](int64_t i) {
           const float gi = static_cast<float>(g[i]);
           acc += gi * gi;
-          float mi = m[i], vi = v[i];
-          const float w = adam_element<kDecoupled>(p[i], gi, mi, vi, hp);
-          m_out[i] = mi;
-          v_out[i] = vi;
-          p_out[i] = w;
-          twin[i] = __float2bfloat16_rn(w);
+          adam_one<kDecoupled, true>(p + i, m + i, v + i, gi, p_out + i, m_out + i, v_out + i, twin + i, hp);
         });
   }
   write_block_sum(acc, spec.partials + first_block + blockIdx.x);
@@ -373,6 +373,8 @@ __global__ void __launch_bounds__(kThreads)
 // A skipped speculative step wrote its twins from values that do not count: round them again from the
 // masters that do (lists: masters, their second copies, twins). A kept step (almost every one) has nothing
 // to do, so the grid is a few blocks a multiprocessor that stride over the chunks, not a block per chunk.
+constexpr int kStridingBlocks = 264;  // two blocks of kThreads on each of 132 multiprocessors
+
 __global__ void __launch_bounds__(kThreads)
     adam_speculation_restore_kernel(TensorPack<3> args, int chunks, const double* skip, const int* current) {
   if (*skip == 0) return;
@@ -561,12 +563,13 @@ void adam_speculation_resolve(const AdamSpeculation& spec, int64_t partials, con
                                                               bias_corrections, spec.beta1, spec.beta2, spec.current);
   DPT_CUDA_CHECK(cudaGetLastError());
   // After the resolution: a skipped step left `current` as it was, at the copies that hold the state.
-  multi_tensor_apply<TensorPack<3>>(3, {as_void(params), as_void(second_params), twins_bf16}, sizes, {4, 4, 2},
-                                    [&](const TensorPack<3>& args, int chunks, int) {
-                                      adam_speculation_restore_kernel<<<std::min(chunks, 264), kThreads, 0, stream>>>(
-                                          args, chunks, outcome + 2, spec.current);
-                                      DPT_CUDA_CHECK(cudaGetLastError());
-                                    });
+  multi_tensor_apply<TensorPack<3>>(
+      3, {as_void(params), as_void(second_params), twins_bf16}, sizes, {4, 4, 2},
+      [&](const TensorPack<3>& args, int chunks, int) {
+        adam_speculation_restore_kernel<<<std::min(chunks, kStridingBlocks), kThreads, 0, stream>>>(
+            args, chunks, outcome + 2, spec.current);
+        DPT_CUDA_CHECK(cudaGetLastError());
+      });
 }
 
 void adam_speculation_settle(const std::vector<float*>& params, const std::vector<float*>& exp_avg,
