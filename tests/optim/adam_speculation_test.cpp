@@ -16,33 +16,18 @@
 #include "optim/adam.h"
 #include "optim/grad_clip.h"
 #include "optim/step_outcome.h"
+#include "twin_runs.h"
 
 namespace dpt::optim {
 namespace {
 
-struct Trained {
-  NamedTensors params;  // float32 masters
-  NamedTensors twins;   // their bf16 compute copies
-  std::unique_ptr<AdamW> opt;
-};
+using test::expect_same_bits;
+using Trained = test::TwinRun;
 
 Trained make_run(bool speculative) {
-  Generator gen(5);
-  Trained r;
   // A tensor of more than one chunk (16384 elements), odd sizes for the kernels' scalar tails.
-  for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{
-           {"a.weight", {37, 19}}, {"a.bias", {19}}, {"b.weight", {16390}}, {"c.weight", {5, 3}}}) {
-    Tensor p = randn(shape, gen).to(Device::cuda());
-    p.requires_grad_(true);
-    r.params.emplace_back(name, p);
-    Tensor t = p.detach().to(DType::BFloat16);
-    t.requires_grad_(true);
-    r.twins.emplace_back(name, t);
-  }
-  AdamOptions o;
-  o.lr = 1e-2;
-  r.opt = std::make_unique<AdamW>(weight_decay_groups(r.params, 0.1), o);
-  r.opt->set_compute_twins(r.twins);
+  Trained r = test::make_twin_run(
+      Device::cuda(), true, 5, {{"a.weight", {37, 19}}, {"a.bias", {19}}, {"b.weight", {16390}}, {"c.weight", {5, 3}}});
   if (speculative) r.opt->speculate();
   return r;
 }
@@ -65,12 +50,6 @@ void set_grads(Trained& r, int step, Twist twist) {
 }
 
 std::vector<double> values(const Tensor& t) { return t.to(Device::cpu()).to(DType::Float64).to_vector<double>(); }
-
-void expect_same_bits(const Tensor& a, const Tensor& b, const std::string& what) {
-  const std::vector<double> va = values(a), vb = values(b);
-  ASSERT_EQ(va.size(), vb.size()) << what;
-  for (size_t i = 0; i < va.size(); ++i) ASSERT_EQ(va[i], vb[i]) << what << " element " << i;
-}
 
 void expect_same_state(Trained& spec, Trained& decided, const std::string& at) {
   spec.opt->settle();  // the masters live in the second copies after an odd number of kept steps

@@ -13,6 +13,7 @@
 #include "optim/grad_clip.h"
 #include "optim/mixed_precision.h"
 #include "optim/sgd.h"
+#include "twin_runs.h"
 
 namespace dpt::optim {
 namespace {
@@ -25,8 +26,8 @@ struct Masters {
 Masters make_masters(Device device) {
   Generator gen(7);
   Masters m;
-  for (auto [name, shape] : std::vector<std::pair<std::string, Shape>>{{"a.weight", {33, 17}}, {"a.bias", {17}},
-                                                                       {"b.weight", {5, 9}}}) {
+  for (auto [name, shape] :
+       std::vector<std::pair<std::string, Shape>>{{"a.weight", {33, 17}}, {"a.bias", {17}}, {"b.weight", {5, 9}}}) {
     Tensor p = randn(shape, gen).to(device);
     p.requires_grad_(true);
     Tensor t = p.detach().to(DType::BFloat16);
@@ -60,12 +61,7 @@ std::vector<Tensor> bf16_grads(const Masters& m, int step) {
   return out;
 }
 
-void expect_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  auto va = a.to(Device::cpu()).to(DType::Float64).to_vector<double>();
-  auto vb = b.to(Device::cpu()).to(DType::Float64).to_vector<double>();
-  ASSERT_EQ(va.size(), vb.size()) << what;
-  for (size_t i = 0; i < va.size(); ++i) ASSERT_EQ(va[i], vb[i]) << what << " element " << i;
-}
+using test::expect_same_bits;
 
 // Reference: float32 gradients copied from the bf16 ones, the update, then masters rounded into the
 // twins (what MixedPrecision's grads_to_master / masters_to_model do). Twins: the optimizer does it. With
@@ -96,16 +92,14 @@ void twins_match_separate_masters(Device device, double clip = 0) {
     fused_opt.step();
     for (size_t i = 0; i < g.size(); ++i) {
       Tensor ref_twin = ref.params[i].second.detach().to(DType::BFloat16);
-      expect_equal(fused.params[i].second, ref.params[i].second, "master " + ref.params[i].first);
-      expect_equal(fused.twins[i].second, ref_twin, "twin " + ref.params[i].first);
+      expect_same_bits(fused.params[i].second, ref.params[i].second, "master " + ref.params[i].first);
+      expect_same_bits(fused.twins[i].second, ref_twin, "twin " + ref.params[i].first);
       EXPECT_FALSE(fused.params[i].second.grad().defined()) << "masters keep no gradient of their own";
     }
   }
 }
 
-TEST(ComputeTwins, AdamThroughTwinsEqualsSeparateFloat32GradientsOnCpu) {
-  twins_match_separate_masters(Device::cpu());
-}
+TEST(ComputeTwins, AdamThroughTwinsEqualsSeparateFloat32GradientsOnCpu) { twins_match_separate_masters(Device::cpu()); }
 
 TEST(ComputeTwins, CudaFusedAdamThroughTwinsEqualsSeparateFloat32Gradients) {
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
@@ -154,8 +148,8 @@ void fused_mixed_precision_matches_classic(Device device) {
   auto [classic_masters, classic_model] = train(false);
   auto [fused_masters, fused_model] = train(true);
   for (size_t i = 0; i < classic_masters.size(); ++i) {
-    expect_equal(fused_masters[i].second, classic_masters[i].second, "master " + classic_masters[i].first);
-    expect_equal(fused_model[i].second, classic_model[i].second, "model " + classic_model[i].first);
+    expect_same_bits(fused_masters[i].second, classic_masters[i].second, "master " + classic_masters[i].first);
+    expect_same_bits(fused_model[i].second, classic_model[i].second, "model " + classic_model[i].first);
   }
 }
 
@@ -191,7 +185,7 @@ void subsets_equal_step(const Options& o) {
     pieces.begin_step();
     pieces.update({b.params[2].second});
     pieces.update({b.params[0].second, b.params[1].second});
-    for (size_t i = 0; i < g.size(); ++i) expect_equal(b.params[i].second, a.params[i].second, a.params[i].first);
+    for (size_t i = 0; i < g.size(); ++i) expect_same_bits(b.params[i].second, a.params[i].second, a.params[i].first);
   }
   EXPECT_EQ(pieces.step_count(), whole.step_count());
 }

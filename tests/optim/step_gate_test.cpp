@@ -14,36 +14,18 @@
 #include "optim/adam.h"
 #include "optim/grad_clip.h"
 #include "optim/step_outcome.h"
+#include "twin_runs.h"
 
 namespace dpt::optim {
 namespace {
 
 TensorOptions f64_on(Device device) { return TensorOptions{}.with_dtype(DType::Float64).with_device(device); }
 
-struct Trained {
-  NamedTensors params;  // float32 masters
-  NamedTensors twins;   // their bf16 compute copies, when the update reads bf16 gradients
-  std::unique_ptr<AdamW> opt;
-};
+using test::expect_same_bits;
+using Trained = test::TwinRun;
 
 Trained make_run(Device device, bool twins) {
-  Generator gen(11);
-  Trained r;
-  for (auto [name, shape] :
-       std::vector<std::pair<std::string, Shape>>{{"a.weight", {37, 19}}, {"a.bias", {19}}, {"b.weight", {16390}}}) {
-    Tensor p = randn(shape, gen).to(device);
-    p.requires_grad_(true);
-    r.params.emplace_back(name, p);
-    if (!twins) continue;
-    Tensor t = p.detach().to(DType::BFloat16);
-    t.requires_grad_(true);
-    r.twins.emplace_back(name, t);
-  }
-  AdamOptions o;
-  o.lr = 1e-2;
-  r.opt = std::make_unique<AdamW>(weight_decay_groups(r.params, 0.1), o);
-  if (twins) r.opt->set_compute_twins(r.twins);
-  return r;
+  return test::make_twin_run(device, twins, 11, {{"a.weight", {37, 19}}, {"a.bias", {19}}, {"b.weight", {16390}}});
 }
 
 // Step `step`'s gradients, the same for every run.
@@ -58,13 +40,6 @@ void set_grads(Trained& r, int step) {
       r.twins[i].second.set_grad(g.to(DType::BFloat16));
     }
   }
-}
-
-void expect_equal(const Tensor& a, const Tensor& b, const std::string& what) {
-  auto va = a.to(Device::cpu()).to(DType::Float64).to_vector<double>();
-  auto vb = b.to(Device::cpu()).to(DType::Float64).to_vector<double>();
-  ASSERT_EQ(va.size(), vb.size()) << what;
-  for (size_t i = 0; i < va.size(); ++i) ASSERT_EQ(va[i], vb[i]) << what << " element " << i;
 }
 
 // {skip, gradient scale} per step: updates, skips (one with a scale that must not matter), clipping.
@@ -89,12 +64,12 @@ void gate_matches_host_decisions(Device device, bool twins) {
     gated.opt->step();
     const std::string at = " after step " + std::to_string(s);
     for (size_t i = 0; i < host.params.size(); ++i) {
-      expect_equal(gated.params[i].second, host.params[i].second, "master " + host.params[i].first + at);
-      if (twins) expect_equal(gated.twins[i].second, host.twins[i].second, "twin " + host.params[i].first + at);
+      expect_same_bits(gated.params[i].second, host.params[i].second, "master " + host.params[i].first + at);
+      if (twins) expect_same_bits(gated.twins[i].second, host.twins[i].second, "twin " + host.params[i].first + at);
     }
     const NamedTensors a = gated.opt->state_dict(), b = host.opt->state_dict();
     ASSERT_EQ(a.size(), b.size());
-    for (size_t i = 0; i < a.size(); ++i) expect_equal(a[i].second, b[i].second, a[i].first + at);
+    for (size_t i = 0; i < a.size(); ++i) expect_same_bits(a[i].second, b[i].second, a[i].first + at);
     EXPECT_EQ(gated.opt->step_count(), updates) << "a skipped step is not counted" << at;
   }
   EXPECT_EQ(updates, 4);
@@ -131,7 +106,7 @@ TEST(StepGate, ARestoredOptimizerCountsOnFromTheLoadedStep) {
   b.opt->step();
   EXPECT_EQ(b.opt->step_count(), 4);
   for (size_t i = 0; i < a.params.size(); ++i)
-    expect_equal(b.params[i].second, a.params[i].second, "step 4 after a restore: " + a.params[i].first);
+    expect_same_bits(b.params[i].second, a.params[i].second, "step 4 after a restore: " + a.params[i].first);
 }
 
 // Gradients 3, 4 (float32) and 12 (bf16 on a GPU, exact there): norm 13.
