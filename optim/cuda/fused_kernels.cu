@@ -317,6 +317,13 @@ __global__ void __launch_bounds__(kThreads)
   write_block_sum(acc, partials + first_block + blockIdx.x);
 }
 
+// Adam's bias corrections 1 - beta^t for step t, in double and rounded to float: every kernel that counts or
+// anticipates a step writes them through here, so a replayed, a speculative and a counted step agree bit for bit.
+__device__ float2 bias_corrections_at(double beta1, double beta2, int64_t t) {
+  return make_float2(static_cast<float>(1.0 - pow(beta1, static_cast<double>(t))),
+                     static_cast<float>(1.0 - pow(beta2, static_cast<double>(t))));
+}
+
 // Speculative AdamW through bf16 twins (fused_kernels.h, AdamSpeculation). Lists: 0 masters, 1 bf16
 // gradients (null: the tensor has none this step, and its state is carried over unchanged), 2 exp_avg,
 // 3 exp_avg_sq, 4 twins, then the second copies of 0, 2 and 3. Reads the copies that hold the state now and
@@ -329,9 +336,9 @@ template <bool kDecoupled>
 __global__ void __launch_bounds__(kThreads)
     adam_speculative_kernel(SpeculativePack args, AdamParams hp, AdamSpeculation spec, int first_block) {
   // The step this update would be: the committed count plus one, corrected as adam_advance_step does.
-  const double t = static_cast<double>(*spec.step + 1);
-  hp.bias_correction1 = static_cast<float>(1.0 - pow(spec.beta1, t));
-  hp.bias_correction2 = static_cast<float>(1.0 - pow(spec.beta2, t));
+  const float2 corrections = bias_corrections_at(spec.beta1, spec.beta2, *spec.step + 1);
+  hp.bias_correction1 = corrections.x;
+  hp.bias_correction2 = corrections.y;
   const ChunkRange c = chunk_of_block(args);
   const int k = c.tensor;
   const int from = *spec.current == 0 ? 0 : 1;
@@ -441,8 +448,9 @@ __global__ void adam_speculation_resolve_kernel(const double* partials, int64_t 
   write_step_outcome(agreed, sum, 0, outcome);
   if (outcome[2] != 0) return;
   const int64_t t = ++*step;  // as adam_advance_step counts
-  bias_corrections[0] = static_cast<float>(1.0 - pow(beta1, static_cast<double>(t)));
-  bias_corrections[1] = static_cast<float>(1.0 - pow(beta2, static_cast<double>(t)));
+  const float2 corrections = bias_corrections_at(beta1, beta2, t);
+  bias_corrections[0] = corrections.x;
+  bias_corrections[1] = corrections.y;
   *current = 1 - *current;
 }
 
@@ -478,8 +486,9 @@ __global__ void adam_advance_step_kernel(int64_t* step, float* bias_corrections,
                                          const double* gate) {
   if (gate && gate[0] != 0) return;
   const int64_t t = ++*step;
-  bias_corrections[0] = static_cast<float>(1.0 - pow(beta1, static_cast<double>(t)));
-  bias_corrections[1] = static_cast<float>(1.0 - pow(beta2, static_cast<double>(t)));
+  const float2 corrections = bias_corrections_at(beta1, beta2, t);
+  bias_corrections[0] = corrections.x;
+  bias_corrections[1] = corrections.y;
 }
 
 }  // namespace
