@@ -411,6 +411,16 @@ void GatheredLinearZero::step() {
   DPT_CHECK(when_ == UpdateTiming::OnStep, "GatheredLinearZero::step: the update already runs inside backward");
   NoGradGuard no_grad;
   if (!inner_->take_gate()) return;  // every rank reads the same gate: none updates or gathers
+  // On CUDA the updates run on the update stream, behind the decision: the next forward waits for each
+  // layer's gather alone (its ready event), so the later layers' updates run beside the earlier layers'
+  // forward instead of before it.
+  std::unique_ptr<SideStreamGuard> on_updates;
+  if (update_stream_) {
+    StreamEvent decided(layers_.front().weight.device());
+    decided.record();
+    decided.wait(*update_stream_);
+    on_updates = std::make_unique<SideStreamGuard>(*update_stream_);
+  }
   inner_->begin_step();
   for (Layer& layer : layers_) {
     update_and_gather(layer);

@@ -37,12 +37,15 @@
 // decides the step (grad_sum_of_squares, the inner optimizer's gate). step() updates every layer's pieces
 // in forward order and all-gathers each weight as soon as it is updated, without waiting: the next
 // forward waits for each layer's gather just before it reads that weight (in the layer's op), so the
-// gathers of later layers run beside the forward of earlier ones:
-//   compute stream:  decision | update_1 .. update_L | wait(AG W_1) fwd_1 | wait(AG W_2) fwd_2 ...
-//   comm stream A:                AG W_1 .. AG W_L           AG x_1 .. AG x_L (forward) .. AG dpre_L ..
+// updates and gathers of later layers run beside the forward of earlier ones:
+//   compute stream:  decision | wait(AG W_1) fwd_1 | wait(AG W_2) fwd_2 ...
+//   update stream:             update_1 .. update_L
+//   comm stream A:                AG W_1 .. AG W_L     AG x_1 .. AG x_L (forward) .. AG dpre_L ..
 // The wait is on one event per layer, recorded after its gather on every step (a captured forward waits on
-// it through an event-wait node: each replay waits for the last eager step's gather). Anything else that
-// reads the weights after step() calls wait_for_parameters() first (this class's own collectives do).
+// it through an event-wait node: each replay waits for the last eager step's gather), and the gather is
+// ordered after the layer's update, so the event also covers the update's writes (weight rows, bias,
+// masters, moments). Anything else that reads them after step() calls wait_for_parameters() first (this
+// class's own collectives do); the next backward forms gradients on the update stream, behind the updates.
 // Nothing queues behind an update in this mode, so every gather goes through the one row communicator, in
 // issue order: the weights (step()), then the inputs (forward), then the output gradients (backward). Run
 // side by side on two communicators they share the links, and the forward waits longer for the weights
