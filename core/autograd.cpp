@@ -142,6 +142,20 @@ void mark_grad_written(const Tensor& leaf) {
   meta.grad_written = true;
 }
 
+Tensor grad_out_for(const Tensor& leaf, const Shape& shape, const TensorOptions& options) {
+  Tensor into = first_grad_buffer(leaf);
+  if (into.defined() && into.shape() == shape && into.dtype() == options.dtype && into.device() == options.device)
+    return into;
+  return Tensor::empty(shape, options);
+}
+
+Tensor grad_formed(const Tensor& leaf, const Tensor& grad) {
+  const Tensor into = first_grad_buffer(leaf);
+  if (!grad.defined() || !into.defined() || grad.impl() != into.impl()) return grad;
+  mark_grad_written(leaf);
+  return Tensor();
+}
+
 bool grad_mode_enabled() { return g_grad_enabled; }
 NoGradGuard::NoGradGuard() : previous_(g_grad_enabled) { g_grad_enabled = false; }
 NoGradGuard::~NoGradGuard() { g_grad_enabled = previous_; }

@@ -66,6 +66,15 @@ void record_op(const char* name, const std::vector<Tensor>& inputs, const std::v
 Tensor first_grad_buffer(const Tensor& leaf);
 void mark_grad_written(const Tensor& leaf);
 
+// The same for a small gradient that a kernel writes into a tensor it is given (a bias's column sums, a
+// norm's weight gradient), which saves the copy AccumulateGrad would make: grad_out_for gives the leaf's
+// first_grad_buffer when it has this shape, dtype and device, else a new tensor. Once a kernel has written
+// all of `grad`, grad_formed(leaf, grad) returns what the backward returns for the leaf: undefined after
+// marking the buffer written when `grad` is that buffer, `grad` otherwise. Call it before asking for the
+// same leaf's buffer again (a parameter used twice gets the buffer once).
+Tensor grad_out_for(const Tensor& leaf, const Shape& shape, const TensorOptions& options);
+Tensor grad_formed(const Tensor& leaf, const Tensor& grad);
+
 // Runs the backward pass from `root` (gradient `grad_root`, which defaults to 1 for one element).
 void run_backward(const Tensor& root, const Tensor& grad_root);
 

@@ -14,6 +14,7 @@ namespace dpt {
 struct FusedLinear {
   Tensor x, weight, bias;  // x: the [m, k] contiguous input rows
   Tensor weight_leaf;      // set by dpt::linear when W is a leaf: dW may go straight into its gradient buffer
+  Tensor bias_leaf;        // likewise for the bias and db (core/autograd.h grad_out_for)
   Tensor aux;              // GELU: pre-activation [m, n]; ReLU: bit mask (DRELU reads it); None: undefined
   Tensor out;              // ReLU only: the [m, n] output its elementwise backward reads. Other activations keep
                            // no reference to it, so a big output (a language-model head's logits) is freed as
@@ -35,7 +36,8 @@ std::shared_ptr<FusedLinear> fused_linear_forward(const Tensor& x, const Tensor&
 Tensor fused_linear_rows(const FusedLinear& s, const Tensor& grad_out);
 
 // dpre = dy * act'(pre) in one pass, dy itself for act None. Given `gb`, that pass also forms the bias
-// gradient when its kernel takes the case (*gb then defined).
+// gradient when its kernel takes the case (*gb then defined: it may be the bias's gradient buffer, see
+// core/autograd.h grad_formed).
 Tensor fused_linear_pre_grad(const FusedLinear& s, const Tensor& dy_rows, Tensor* gb = nullptr);
 
 // Whether a consumer's backward can form this producer's dpre itself (linear_absorbs, core/ops.h).
@@ -43,7 +45,7 @@ bool fused_linear_absorbable(const FusedLinear& producer);
 
 // The producer's dpre straight from the consumer's dpre and weight: dh = grad_pre2 W2 through a GEMM whose
 // DGELU/DRELU epilogue reads the producer's aux (and, with need_b, forms the producer's bias gradient into
-// *gb); falls back to the GEMM and the elementwise pass.
+// *gb, as fused_linear_pre_grad does); falls back to the GEMM and the elementwise pass.
 Tensor fused_linear_absorbed_pre_grad(const FusedLinear& producer, const Tensor& grad_pre2, const Tensor& w2,
                                       bool need_b, Tensor* gb);
 

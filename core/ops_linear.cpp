@@ -31,6 +31,7 @@
 // GELU only on request, because cuBLASLt runs its DGELU_BGRAD as a slow separate pass on Hopper.
 //
 // The CUDA pieces are public (core/linear_fused.h) for ops that form W's and b's gradients another way.
+#include <cstdint>
 #include <memory>
 #include <mutex>
 #include <unordered_map>
@@ -105,6 +106,14 @@ bool is_fusable_dtype(DType d) { return d == DType::Float32 || d == DType::BFloa
 
 Tensor rows_view(const Tensor& t, int64_t m, int64_t n) { return detail::contiguous_data(t).reshape({m, n}); }
 
+// db = column sums of dpre, as sum(dpre, 0) forms them, into the bias's gradient buffer when it awaits its
+// first write (core/autograd.h grad_out_for).
+Tensor bias_grad(const FusedLinear& s, const Tensor& gpre) {
+  Tensor gb = grad_out_for(s.bias_leaf, {s.n}, s.bias.options());
+  kernels::reduce(kernels::ReduceOp::Sum, detail::contiguous_data(gpre.detach()), 1, s.m, s.n, gb, Tensor());
+  return gb;
+}
+
 // dW = dpre^T x through cuBLASLt (a plain GEMM when it refuses), and db = column sums of dpre from core's
 // reduction. cuBLASLt's BGRADB epilogue would fold db into the GEMM, but on Hopper it runs as a separate
 // kernel after the GEMM that re-reads dpre, so it is no saving over the reduction. A first gradient since
@@ -126,7 +135,7 @@ void param_grads(const FusedLinear& s, const Tensor& gpre, bool need_w, bool nee
       *gw = lt ? w : matmul(gpre, s.x, true, false);
     }
   }
-  if (need_b && s.bias.defined()) *gb = sum(gpre, 0);
+  if (need_b && s.bias.defined()) *gb = bias_grad(s, gpre);
 }
 
 // The fused op, or an undefined tensor when the fused forward cannot run (the caller composes instead). A
@@ -142,6 +151,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
   const bool need_x = x.requires_grad(), need_w = weight.requires_grad();
   const bool need_b = bias.defined() && bias.requires_grad();
   if (need_w && !weight.grad_fn()) saved->weight_leaf = weight;
+  if (need_b && !bias.grad_fn()) saved->bias_leaf = bias;
   const Shape x_shape = x.shape();
   std::shared_ptr<Absorbable> producer = need_x ? find_absorbable(x) : nullptr;
   if (producer && (producer->saved->options.dtype != x.dtype() || producer->saved->options.device != x.device() ||
@@ -173,8 +183,10 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
                 Tensor gpre2 = fused_linear_pre_grad(s, g);
                 Tensor gw2, gb2, gx1, gw1, gb1;
                 param_grads(s, gpre2, need_w, need_b, &gw2, &gb2);
+                gb2 = grad_formed(s.bias_leaf, gb2);  // before p's bias, which may be the same tensor
                 if (need_x1 || need_w1 || need_b1) {
                   Tensor gpre1 = fused_linear_absorbed_pre_grad(p, gpre2, s.weight, need_b1, &gb1);
+                  gb1 = grad_formed(p.bias_leaf, gb1);
                   param_grads(p, gpre1, need_w1, false, &gw1, nullptr);
                   if (need_x1) gx1 = matmul(gpre1, p.weight).reshape(producer->x.shape());
                 }
@@ -205,7 +217,7 @@ Tensor linear_cuda(const Tensor& x, const Tensor& weight, const Tensor& bias, Ac
               Tensor gpre = fused_linear_pre_grad(s, g, bias_from_pass ? &gb : nullptr);
               param_grads(s, gpre, need_w, need_b && !gb.defined(), &gw, &gb);
               if (need_x) gx = matmul(gpre, s.weight).reshape(x_shape);
-              return outputs({gx, gw, gb}, grads[0]);
+              return outputs({gx, gw, grad_formed(s.bias_leaf, gb)}, grads[0]);
             });
   if (sums_offer) offer_grad_column_sums(out, sums_offer);
   if (self) {
@@ -298,7 +310,7 @@ Tensor fused_linear_pre_grad(const FusedLinear& s, const Tensor& grad_out, Tenso
   const Tensor& saved = gelu ? s.aux : s.out;
   const ck::LtActivation act = gelu ? ck::LtActivation::Gelu : ck::LtActivation::Relu;
   if (gb) {
-    Tensor b = Tensor::empty({s.n}, s.bias.options());
+    Tensor b = grad_out_for(s.bias_leaf, {s.n}, s.bias.options());
     if (ck::activation_backward_bias(grad_out, saved, g, b, act)) {
       *gb = b;
       return g;
@@ -324,13 +336,19 @@ Tensor fused_linear_absorbed_pre_grad(const FusedLinear& p, const Tensor& grad_p
   args.k = w2.size(0);
   args.epilogue = p.act == Activation::Gelu ? ck::LtEpilogue::DGelu : ck::LtEpilogue::DRelu;
   args.aux = p.aux;
-  if (need_b) args.bias = Tensor::empty({p.n}, p.bias.options());
+  if (need_b) {
+    // Into the bias's gradient buffer only at the alignment a new tensor has, which the algorithm choice
+    // (and so the rounding) depends on.
+    args.bias = grad_out_for(p.bias_leaf, {p.n}, p.bias.options());
+    if (reinterpret_cast<uintptr_t>(args.bias.data_ptr()) % 256 != 0)
+      args.bias = Tensor::empty({p.n}, p.bias.options());
+  }
   if (ck::gemm_lt_supported(grad_pre2, w2, gpre, args) && ck::gemm_lt(grad_pre2, w2, gpre, args)) {
     if (need_b) *gb = args.bias;
     return gpre;
   }
   gpre = fused_linear_pre_grad(p, matmul(grad_pre2, w2));
-  if (need_b) *gb = sum(gpre, 0);
+  if (need_b) *gb = bias_grad(p, gpre);
   return gpre;
 }
 

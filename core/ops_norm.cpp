@@ -43,17 +43,22 @@ Tensor layer_norm_recorded(const Tensor& x_in, const Tensor& weight, const Tenso
                       eps);
   std::vector<Tensor> outputs{y};
   if (skip.defined()) outputs.push_back(skip);
+  // Leaf parameters get their gradients written straight into their buffers (grad_out_for); one tensor
+  // passed as both weight and bias gets it through autograd.
+  const Tensor weight_leaf = weight.grad_fn() ? Tensor() : weight;
+  const Tensor bias_leaf = bias.grad_fn() || bias.impl() == weight.impl() ? Tensor() : bias;
   record_op(skip.defined() ? "LayerNormAndSkipBackward" : "LayerNormBackward", {x_in, weight, bias}, outputs,
-            [x = x.detach(), w = weight.detach(), mean, rstd, rows, n](const std::vector<Tensor>& g) {
+            [x = x.detach(), w = weight.detach(), weight_leaf, bias_leaf, mean, rstd, rows,
+             n](const std::vector<Tensor>& g) {
               const Tensor add = g.size() > 1 && g[1].defined() ? g[1].to(x.dtype()).contiguous() : Tensor();
               if (!g[0].defined()) return std::vector<Tensor>{add.reshape(x.shape()), Tensor(), Tensor()};
               Tensor gy = g[0].contiguous();
               Tensor gx = Tensor::empty(x.shape(), x.options());
-              Tensor gw = Tensor::empty(w.shape(), w.options());
-              Tensor gb = Tensor::empty(w.shape(), w.options());
+              Tensor gw = grad_out_for(weight_leaf, w.shape(), w.options());
+              Tensor gb = grad_out_for(bias_leaf, w.shape(), w.options());
               DPT_KERNEL_DISPATCH(x.device(), layer_norm_backward, gy, x, w.contiguous(), mean, rstd, gx, gw, gb, rows,
                                   n, add);
-              return std::vector<Tensor>{gx, gw, gb};
+              return std::vector<Tensor>{gx, grad_formed(weight_leaf, gw), grad_formed(bias_leaf, gb)};
             });
   return y;
 }

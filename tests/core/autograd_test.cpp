@@ -167,6 +167,33 @@ TEST(Autograd, AnOpMayWriteALeafsFirstGradientIntoItsBufferItself) {
   EXPECT_THROW(mark_grad_written(w), Error);
 }
 
+// grad_out_for hands out a leaf's buffer only while it awaits its first gradient and fits the gradient's
+// shape, dtype and device; grad_formed marks it written (the backward returns nothing for the leaf) and
+// passes any other tensor through, so a second request for the same leaf gets a tensor of its own.
+TEST(Autograd, GradOutForHandsOutALeafsBufferOnceAndGradFormedMarksIt) {
+  Tensor w = leaf({1, 2, 3}, {3});
+  Tensor bucket = full({5}, 7.0, kF64);
+  Tensor view = make_view(bucket, {3}, {1}, 1);
+  w.set_grad(view);
+  const TensorOptions f64 = TensorOptions{}.with_dtype(DType::Float64);
+  // Nothing pending: a new tensor, returned as it is.
+  Tensor fresh = grad_out_for(w, {3}, f64);
+  EXPECT_NE(fresh.data_ptr(), view.data_ptr());
+  EXPECT_EQ(grad_formed(w, fresh).impl(), fresh.impl());
+  w.zero_grad();
+  EXPECT_NE(grad_out_for(w, {3}, TensorOptions{}.with_dtype(DType::Float32)).data_ptr(), view.data_ptr());
+  EXPECT_NE(grad_out_for(w, {1, 3}, f64).data_ptr(), view.data_ptr());
+  EXPECT_NE(grad_out_for(Tensor(), {3}, f64).data_ptr(), view.data_ptr());
+  Tensor into = grad_out_for(w, {3}, f64);
+  ASSERT_EQ(into.data_ptr(), view.data_ptr());
+  into.copy_(from_vector(std::vector<double>{4, 5, 6}, {3}, kF64));
+  EXPECT_FALSE(grad_formed(w, into).defined());
+  Tensor second = grad_out_for(w, {3}, f64);
+  EXPECT_NE(second.data_ptr(), view.data_ptr());
+  EXPECT_TRUE(grad_formed(w, second).defined());
+  EXPECT_EQ(bucket.to_vector<double>(), (std::vector<double>{7, 4, 5, 6, 7}));
+}
+
 // Each op's saved tensors are released once its backward has run, as PyTorch does without
 // retain_graph: a loss the caller keeps (a training loop's `loss = step()`) pins no activation into the
 // next step, and a second backward through the graph is an error naming the op.

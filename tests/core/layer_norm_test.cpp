@@ -1,8 +1,11 @@
-// Fused layer_norm: float64 finite-difference gradients, agreement with the composed definition, and
-// CPU-vs-CUDA parity (forward and all three gradients) in float32 and bfloat16.
+// Fused layer_norm: float64 finite-difference gradients, agreement with the composed definition,
+// CPU-vs-CUDA parity (forward and all three gradients) in float32 and bfloat16, and the parameters' first
+// gradients written straight into their buffers.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <vector>
 
 #include "core/cuda_runtime.h"
 #include "core/error.h"
@@ -101,3 +104,72 @@ TEST(CudaLayerNorm, MatchesCpuForwardAndBackwardInFloat32Bfloat16AndFloat16) {
     }
   }
 }
+
+namespace {
+
+// The weight's and bias's first gradients since zero_grad() go from the backward kernel straight into their
+// buffers (views of one bucket, core/autograd.h grad_out_for): bit for bit what they are through autograd
+// (after zero_grad(set_to_none)), the neighbours untouched, each hook fired once. w has a second use whose
+// backward runs after the norm's (created first), so when x's gradient is final w's buffer already holds
+// the norm's part and w's hook has not fired. A second backward without zero_grad accumulates.
+void check_parameter_gradients_written_into_buffers(Device device, DType dtype) {
+  SCOPED_TRACE(device.str() + " " + dtype_name(dtype));
+  Generator gen(5);
+  const TensorOptions opts = TensorOptions{}.with_dtype(dtype);
+  const int64_t n = 96;
+  auto on = [&](const Tensor& t) { return t.to(device).detach().requires_grad_(); };
+  Tensor x = on(randn({40, n}, gen, opts)), w = on(randn({n}, gen, opts)), b = on(randn({n}, gen, opts));
+  const Tensor c = randn({40, n}, gen, opts).to(device), c2 = randn({n}, gen, opts).to(device);
+  auto forward_backward = [&] {
+    Tensor other = mul(w, c2);  // created first: its backward runs last
+    add(sum(mul(layer_norm(x, w, b, 1e-5), c)), sum(other)).backward();
+  };
+  auto grads = [&] {
+    std::vector<std::vector<double>> g;
+    for (Tensor* p : {&x, &w, &b}) g.push_back(p->grad().to(Device::cpu()).to_vector<double>());
+    return g;
+  };
+  forward_backward();
+  const auto want = grads();
+  forward_backward();
+  const auto want_twice = grads();
+
+  Tensor bucket = full({2 * n + 6}, 7.0, opts.with_device(device));
+  Tensor wv = make_view(bucket, {n}, {1}, 3), bv = make_view(bucket, {n}, {1}, n + 5);
+  w.set_grad(wv);
+  b.set_grad(bv);
+  int w_hooks = 0;
+  bool first = true, written_early = false;
+  w.register_grad_ready_hook([&](const Tensor&) { ++w_hooks; });
+  x.register_grad_ready_hook([&](const Tensor&) {
+    if (!first) return;
+    const std::vector<double> v = wv.to(Device::cpu()).to_vector<double>();
+    written_early = w_hooks == 0 && std::any_of(v.begin(), v.end(), [](double e) { return e != 7.0; });
+  });
+  for (Tensor* p : {&x, &w, &b}) p->zero_grad();
+  forward_backward();
+  first = false;
+  EXPECT_TRUE(written_early) << "w's first gradient went through autograd, not into its buffer";
+  EXPECT_EQ(grads(), want);
+  EXPECT_EQ(w.grad().data_ptr(), wv.data_ptr());
+  EXPECT_EQ(b.grad().data_ptr(), bv.data_ptr());
+  EXPECT_EQ(w_hooks, 1);
+  forward_backward();
+  EXPECT_EQ(grads(), want_twice);
+  EXPECT_EQ(w_hooks, 2);
+  const std::vector<double> all = bucket.to(Device::cpu()).to_vector<double>();
+  for (int64_t i : {int64_t{0}, int64_t{2}, n + 3, n + 4, 2 * n + 5}) EXPECT_EQ(all[static_cast<size_t>(i)], 7.0) << i;
+}
+
+TEST(LayerNormOp, ParameterGradientsAreWrittenIntoTheirBuffers) {
+  check_parameter_gradients_written_into_buffers(Device::cpu(), DType::Float64);
+}
+
+TEST(CudaLayerNorm, ParameterGradientsAreWrittenIntoTheirBuffers) {
+  if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device";
+  for (DType dtype : {DType::Float32, DType::BFloat16}) {
+    check_parameter_gradients_written_into_buffers(Device::cuda(0), dtype);
+  }
+}
+
+}  // namespace

@@ -26,6 +26,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <cstdio>
 #include <functional>
 #include <memory>
@@ -704,13 +705,14 @@ TEST_F(CudaLinearOp, GeluBackwardIsTheFloat64DerivativeRoundedOnce) {
 }
 
 // A weight's first gradient since zero_grad() goes straight from the GEMM into its gradient buffer (a view
-// of a bucket, core/autograd.h first_grad_buffer): bit for bit what the GEMM gives through a fresh tensor
-// (after zero_grad(set_to_none)), in the buffer installed, with its neighbours untouched and each hook
-// fired once. h feeds two linears that both absorb its ReLU's backward, so w1 and w2 each get two
-// contributions (one written, one added); a second backward without zero_grad accumulates. b3, used by
-// the second linear alone, is final right after that linear's backward: its hook sees the buffers of w1
-// and w2 written already, before their own AccumulateGrad has run.
-TEST_F(CudaLinearOp, FirstWeightGradientIsWrittenIntoItsBufferBitForBit) {
+// of a bucket, core/autograd.h first_grad_buffer), and a bias's from the kernel that sums it
+// (grad_out_for): bit for bit what they are through a fresh tensor (after zero_grad(set_to_none)), in the
+// buffers installed, with their neighbours untouched and each hook fired once. h feeds two linears that
+// both absorb its ReLU's backward, so w1, w2 and b1 each get two contributions (one written, one added); a
+// second backward without zero_grad accumulates. b3, used by the second linear alone, is final right
+// after that linear's backward: its hook sees the buffers of w1, w2 and b1 written already, before their
+// own AccumulateGrad has run (b1's by the GEMM's epilogue, which takes a buffer aligned as a new tensor is).
+TEST_F(CudaLinearOp, FirstParameterGradientsAreWrittenIntoTheirBuffersBitForBit) {
   FusedSwitch on(true);
   AbsorbSwitch relu(LinearAbsorb::Relu);
   const Device gpu = Device::cuda(0);
@@ -743,11 +745,19 @@ TEST_F(CudaLinearOp, FirstWeightGradientIsWrittenIntoItsBufferBitForBit) {
     const int64_t n1 = w1.numel(), n2 = w2.numel();
     Tensor bucket = full({n1 + n2 + 16}, 7.0, TensorOptions{}.with_dtype(dtype).with_device(gpu));
     Tensor v1 = make_view(bucket, w1.shape(), {64, 1}, 8), v2 = make_view(bucket, w2.shape(), {128, 1}, 8 + n1);
+    // b1's view starts 256 bytes into its bucket, b2's 3 elements after b1's end.
+    const int64_t lead = 256 / static_cast<int64_t>(dtype_size(dtype));
+    Tensor bias_bucket = full({lead + 128 + 64 + 8}, 7.0, TensorOptions{}.with_dtype(dtype).with_device(gpu));
+    Tensor bv1 = make_view(bias_bucket, {128}, {1}, lead), bv2 = make_view(bias_bucket, {64}, {1}, lead + 131);
+    ASSERT_EQ(reinterpret_cast<uintptr_t>(bv1.data_ptr()) % 256, 0u);
     w1.set_grad(v1);
     w2.set_grad(v2);
-    int hooks1 = 0, hooks2 = 0;
+    b1.set_grad(bv1);
+    b2.set_grad(bv2);
+    int hooks1 = 0, hooks2 = 0, bias_hooks1 = 0;
     w1.register_grad_ready_hook([&](const Tensor&) { ++hooks1; });
     w2.register_grad_ready_hook([&](const Tensor&) { ++hooks2; });
+    b1.register_grad_ready_hook([&](const Tensor&) { ++bias_hooks1; });
     bool first = true, written_early = false;
     b3.register_grad_ready_hook([&](const Tensor&) {
       if (!first) return;
@@ -755,23 +765,31 @@ TEST_F(CudaLinearOp, FirstWeightGradientIsWrittenIntoItsBufferBitForBit) {
         const std::vector<double> values = v.to(Device::cpu()).to_vector<double>();
         return std::any_of(values.begin(), values.end(), [](double e) { return e != 7.0; });
       };
-      written_early = hooks1 == 0 && hooks2 == 0 && changed(v1) && changed(v2);
+      written_early = hooks1 == 0 && hooks2 == 0 && bias_hooks1 == 0 && changed(v1) && changed(v2) && changed(bv1);
     });
     for (Tensor* p : params) p->zero_grad();
     forward_backward();
     first = false;
-    EXPECT_TRUE(written_early) << "w1 and w2's first gradients went through autograd, not into their buffers";
+    EXPECT_TRUE(written_early) << "w1, w2 and b1's first gradients went through autograd, not into their buffers";
     EXPECT_EQ(grads(), want);
     EXPECT_EQ(w1.grad().data_ptr(), v1.data_ptr());
     EXPECT_EQ(w2.grad().data_ptr(), v2.data_ptr());
+    EXPECT_EQ(b1.grad().data_ptr(), bv1.data_ptr());
+    EXPECT_EQ(b2.grad().data_ptr(), bv2.data_ptr());
     EXPECT_EQ(hooks1, 1);
     EXPECT_EQ(hooks2, 1);
+    EXPECT_EQ(bias_hooks1, 1);
     forward_backward();
     EXPECT_EQ(grads(), want_twice);
     EXPECT_EQ(hooks1, 2);
     EXPECT_EQ(hooks2, 2);
+    EXPECT_EQ(bias_hooks1, 2);
     const std::vector<double> all = bucket.to(Device::cpu()).to_vector<double>();
     for (int64_t i : {int64_t{0}, int64_t{7}, 8 + n1 + n2, n1 + n2 + 15}) EXPECT_EQ(all[static_cast<size_t>(i)], 7.0) << i;
+    const std::vector<double> around = bias_bucket.to(Device::cpu()).to_vector<double>();
+    for (int64_t i : {int64_t{0}, lead - 1, lead + 128, lead + 130, lead + 195, lead + 199}) {
+      EXPECT_EQ(around[static_cast<size_t>(i)], 7.0) << i;
+    }
   }
 }
 
