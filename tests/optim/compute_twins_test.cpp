@@ -18,24 +18,11 @@
 namespace dpt::optim {
 namespace {
 
-struct Masters {
-  NamedTensors params;  // float32 masters
-  NamedTensors twins;   // their bf16 compute copies
-};
+using test::Masters;
 
 Masters make_masters(Device device) {
-  Generator gen(7);
-  Masters m;
-  for (auto [name, shape] :
-       std::vector<std::pair<std::string, Shape>>{{"a.weight", {33, 17}}, {"a.bias", {17}}, {"b.weight", {5, 9}}}) {
-    Tensor p = randn(shape, gen).to(device);
-    p.requires_grad_(true);
-    Tensor t = p.detach().to(DType::BFloat16);
-    t.requires_grad_(true);
-    m.params.emplace_back(name, p);
-    m.twins.emplace_back(name, t);
-  }
-  return m;
+  return test::make_masters(device, /*twins=*/true, 7,
+                            {{"a.weight", {33, 17}}, {"a.bias", {17}}, {"b.weight", {5, 9}}});
 }
 
 Masters clone(const Masters& m) {

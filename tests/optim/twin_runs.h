@@ -1,6 +1,6 @@
 #pragma once
-// What the optimizer tests of compute twins share: an AdamW over float32 masters (with their bf16 twins
-// when asked), and a bitwise comparison of two tensors.
+// What the optimizer tests of compute twins share: float32 masters (with their bf16 twins when asked), an
+// AdamW over them, and a bitwise comparison of two tensors.
 #include <gtest/gtest.h>
 
 #include <memory>
@@ -13,27 +13,38 @@
 
 namespace dpt::optim::test {
 
-struct TwinRun {
+struct Masters {
   NamedTensors params;  // float32 masters
   NamedTensors twins;   // their bf16 compute copies, when the update reads bf16 gradients
-  std::unique_ptr<AdamW> opt;
 };
 
-// Masters of the given names and shapes drawn from `seed` on `device`, AdamW at lr 1e-2 with weight decay
-// 0.1 for tensors of rank >= 2, and with `twins` their bf16 copies as its compute twins.
-inline TwinRun make_twin_run(Device device, bool twins, uint64_t seed,
-                             const std::vector<std::pair<std::string, Shape>>& shapes) {
+// Masters of the given names and shapes drawn from `seed` on `device`, with `twins` their bf16 copies.
+inline Masters make_masters(Device device, bool twins, uint64_t seed,
+                            const std::vector<std::pair<std::string, Shape>>& shapes) {
   Generator gen(seed);
-  TwinRun r;
+  Masters m;
   for (const auto& [name, shape] : shapes) {
     Tensor p = randn(shape, gen).to(device);
     p.requires_grad_(true);
-    r.params.emplace_back(name, p);
+    m.params.emplace_back(name, p);
     if (!twins) continue;
     Tensor t = p.detach().to(DType::BFloat16);
     t.requires_grad_(true);
-    r.twins.emplace_back(name, t);
+    m.twins.emplace_back(name, t);
   }
+  return m;
+}
+
+struct TwinRun : Masters {
+  std::unique_ptr<AdamW> opt;
+};
+
+// make_masters' masters under AdamW at lr 1e-2 with weight decay 0.1 for tensors of rank >= 2, with the
+// twins (if any) as its compute twins.
+inline TwinRun make_twin_run(Device device, bool twins, uint64_t seed,
+                             const std::vector<std::pair<std::string, Shape>>& shapes) {
+  TwinRun r;
+  static_cast<Masters&>(r) = make_masters(device, twins, seed, shapes);
   AdamOptions o;
   o.lr = 1e-2;
   r.opt = std::make_unique<AdamW>(weight_decay_groups(r.params, 0.1), o);
