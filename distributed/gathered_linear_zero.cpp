@@ -335,18 +335,20 @@ void GatheredLinearZero::form_gradients(Layer& layer) {
   }
 }
 
+std::unique_ptr<SideStreamGuard> GatheredLinearZero::on_update_stream(const Device& device) {
+  if (!update_stream_) return nullptr;
+  StreamEvent queued(device);
+  queued.record();
+  queued.wait(*update_stream_);
+  return std::make_unique<SideStreamGuard>(*update_stream_);
+}
+
 // Stream order (CUDA): the update stream waits for the compute stream (backward has queued every read
 // of this layer's weight), then for the x and dpre gathers; the parameter gather on the second
 // communicator's stream is ordered after the update by the process group's own event.
 void GatheredLinearZero::launch_update(size_t l) {
   Layer& layer = layers_[l];
-  std::unique_ptr<SideStreamGuard> on_updates;
-  if (update_stream_) {
-    StreamEvent read_done(layer.weight.device());
-    read_done.record();
-    read_done.wait(*update_stream_);
-    on_updates = std::make_unique<SideStreamGuard>(*update_stream_);
-  }
+  const std::unique_ptr<SideStreamGuard> on_updates = on_update_stream(layer.weight.device());
   input_groups_[layer.group].gather->wait();
   layer.dpre_gather->wait();
   layer.dpre_gather.reset();
@@ -414,13 +416,7 @@ void GatheredLinearZero::step() {
   // On CUDA the updates run on the update stream, behind the decision: the next forward waits for each
   // layer's gather alone (its ready event), so the later layers' updates run beside the earlier layers'
   // forward instead of before it.
-  std::unique_ptr<SideStreamGuard> on_updates;
-  if (update_stream_) {
-    StreamEvent decided(layers_.front().weight.device());
-    decided.record();
-    decided.wait(*update_stream_);
-    on_updates = std::make_unique<SideStreamGuard>(*update_stream_);
-  }
+  const std::unique_ptr<SideStreamGuard> on_updates = on_update_stream(layers_.front().weight.device());
   inner_->begin_step();
   for (Layer& layer : layers_) {
     update_and_gather(layer);

@@ -140,6 +140,9 @@ class GatheredLinearZero : public ShardedOptimizer {
   struct TimingState;
   // Issues one collective; with timing on, brackets it with events (see set_record_timing).
   std::shared_ptr<Work> collective(int communicator, const std::function<std::shared_ptr<Work>()>& issue);
+  // CUDA: makes the update stream current, behind everything queued on the current stream so far (null
+  // without an update stream, where the current stream stays).
+  std::unique_ptr<SideStreamGuard> on_update_stream(const Device& device);
   void launch_update(size_t layer);
   void form_gradients(Layer& layer);
   void update_and_gather(Layer& layer);
