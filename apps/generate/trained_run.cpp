@@ -71,8 +71,9 @@ std::unique_ptr<TrainedRun> open_trained_run(const std::string& path, std::optio
   options.check_files = false;  // the data is not needed to sample (a char vocabulary may be; see text_codec.h)
   options.check_device = false;
   run->config = load_config(config_file, {}, options);
-  DPT_CHECK(run->config.model.kind == "gpt", "run '{}' trained a model.kind '{}': dpt-generate samples from GPT runs",
-            run->dir, run->config.model.kind);
+  DPT_CHECK(run->config.model.kind == "gpt",
+            "run '{}' trained a model.kind '{}': only GPT runs can be sampled or exported", run->dir,
+            run->config.model.kind);
 
   FoundCheckpoint found = is_step_dir ? FoundCheckpoint{CheckpointEntry{-1, path}, load_run_checkpoint(path)}
                                       : pick_checkpoint(run->dir, step);

@@ -161,7 +161,7 @@ TEST(Generate, BadRunsAndOptionsExitWithAClearError) {
   ASSERT_EQ(r.exit_code, 0) << r.output;
   Generated wrong = generate(scratch, quote(mlp));
   EXPECT_EQ(wrong.exit_code, 1);
-  EXPECT_NE(wrong.log.find("samples from GPT runs"), std::string::npos) << wrong.log;
+  EXPECT_NE(wrong.log.find("only GPT runs can be sampled or exported"), std::string::npos) << wrong.log;
 }
 
 TEST(Generate, ATokenRunDecodesThroughGpt2sTokenizer) {

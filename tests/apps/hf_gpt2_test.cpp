@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <cstdio>
+#include <filesystem>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -285,6 +286,16 @@ TEST(HfGpt2, DptExportHfAndInitFromWorkOnATrainedRun) {
   EXPECT_EQ(cnn.exit_code, 1) << cnn.output;
   EXPECT_NE(cnn.output.find("model.init_from: loads GPT-2 weights, but model.kind is mlp"), std::string::npos)
       << cnn.output;
+  // A run of another model kind is refused by name, and no folder is written.
+  ASSERT_EQ(train(config_path("mlp_synthetic.yaml"), {"training.steps=2", "schedule.warmup_steps=0",
+                                                      "training.device=cpu", "checkpoint.dir=" + dir.file("m")})
+                .exit_code,
+            0);
+  RunResult mlp = run_shell(bin("dpt-export-hf") + " " + quote(dir.file("m")) + " " + quote(dir.file("hf_mlp")));
+  EXPECT_EQ(mlp.exit_code, 1) << mlp.output;
+  EXPECT_NE(mlp.output.find("trained a model.kind 'mlp': only GPT runs can be sampled or exported"), std::string::npos)
+      << mlp.output;
+  EXPECT_FALSE(std::filesystem::exists(dir.file("hf_mlp")));
 }
 
 // Hugging Face's own model on the export: transformers.GPT2LMHeadModel.from_pretrained loads the folder
