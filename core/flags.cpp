@@ -32,9 +32,10 @@ const std::vector<FlagSpec> kFlags = {
      "kernels (for comparison)"},
     {Flag::LinearAbsorb,
      "DPT_LINEAR_ABSORB",
-     "relu",
-     {"none", "relu", "all"},
-     "which activations a fused Linear lets the next layer absorb into its backward"},
+     "1",
+     {"0", "1"},
+     "1: on CUDA, a Linear fed by a Linear with ReLU forms that ReLU's backward and bias gradient in its "
+     "input-gradient GEMM's epilogue; 0: separate passes (for comparison)"},
     {Flag::GradColumnSums,
      "DPT_GRAD_COLUMN_SUMS",
      "1",

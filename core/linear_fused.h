@@ -21,7 +21,7 @@ struct FusedLinear {
                            // soon as its consumers are done with it instead of living until this op's backward.
   TensorOptions options;   // dtype and device of out and of the gradients
   Activation act = Activation::None;
-  bool gelu_after = false;  // float32 GELU: core's GELU kernel after the GEMM (not absorbable)
+  bool gelu_after = false;  // float32 GELU: core's GELU kernel after the GEMM
   int64_t m = 0, n = 0, k = 0;
 };
 
@@ -40,11 +40,11 @@ Tensor fused_linear_rows(const FusedLinear& s, const Tensor& grad_out);
 // core/autograd.h grad_formed).
 Tensor fused_linear_pre_grad(const FusedLinear& s, const Tensor& dy_rows, Tensor* gb = nullptr);
 
-// Whether a consumer's backward can form this producer's dpre itself (linear_absorbs, core/ops.h).
+// Whether a consumer's backward can form this producer's dpre itself (ReLU, while linear_absorb(), core/ops.h).
 bool fused_linear_absorbable(const FusedLinear& producer);
 
 // The producer's dpre straight from the consumer's dpre and weight: dh = grad_pre2 W2 through a GEMM whose
-// DGELU/DRELU epilogue reads the producer's aux (and, with need_b, forms the producer's bias gradient into
+// DRELU epilogue reads the producer's bit mask (and, with need_b, forms the producer's bias gradient into
 // *gb, as fused_linear_pre_grad does); falls back to the GEMM and the elementwise pass.
 Tensor fused_linear_absorbed_pre_grad(const FusedLinear& producer, const Tensor& grad_pre2, const Tensor& w2,
                                       bool need_b, Tensor* gb);

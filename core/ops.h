@@ -86,15 +86,12 @@ Tensor linear_residual(const Tensor& x, const Tensor& weight, const Tensor& bias
 // that for the process (A/B benchmarks and tests).
 void set_linear_fused(bool enabled);
 bool linear_fused();
-// Which activations a fused linear lets the linear it feeds absorb (the consumer's dh GEMM computes the
-// activation's backward and bias gradient in its DRELU/DGELU_BGRAD epilogue). Default Relu: cuBLASLt
-// runs bf16 DGELU_BGRAD on Hopper as a separate pass after the GEMM, slower than the GEMM plus core's
-// elementwise GELU backward. DPT_LINEAR_ABSORB=none|relu|all (core/flags.h) sets it for a process;
-// set_linear_absorb overrides (tests, A/B runs).
-enum class LinearAbsorb { None = 0, Relu = 1, All = 2 };
-void set_linear_absorb(LinearAbsorb level);
-LinearAbsorb linear_absorb();
-bool linear_absorbs(Activation act);
+// Whether a fused linear with ReLU lets the linear it feeds absorb its backward (the consumer's dh GEMM
+// computes the ReLU's backward and bias gradient in its DRELU_BGRAD epilogue, core/ops_linear.cpp). On
+// unless DPT_LINEAR_ABSORB=0 (core/flags.h); set_linear_absorb overrides that for the process (tests,
+// A/B runs).
+void set_linear_absorb(bool enabled);
+bool linear_absorb();
 
 // --- softmax family (last dimension; statistics in float32 for bfloat16) --------------------------
 Tensor softmax(const Tensor& x);

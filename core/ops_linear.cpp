@@ -11,24 +11,23 @@
 //             Exception: GELU in float32 takes the bias epilogue and then core's GELU kernel, because
 //             cuBLASLt evaluates the same tanh formula with its own float32 arithmetic, and float32 is
 //             the precision the CPU parity tests hold at 1e-5; in bfloat16 the rounding of the result
-//             dwarfs that difference and the epilogues (GELU_AUX_BIAS, DGELU_BGRAD) are used;
+//             dwarfs that difference and the GELU_AUX_BIAS epilogue is used;
 //   backward  dpre in one elementwise pass (none for act = None), then dW through a GEMM and dx = dpre W.
 //             db comes from the elementwise pass when there is one (bfloat16: it sums the columns as it
 //             writes dpre), else from the consumer whose backward produced dy when it hands them over
 //             (flash attention: core/grad_column_sums.h), else from core's column sums over
 //             dpre (faster on Hopper than cuBLASLt's BGRADB epilogue, which runs as a separate kernel
 //             anyway, see param_grads).
-// A linear whose input is the direct output of a fused linear with an activation (the transformer
-// MLP's proj(gelu(fc(x))), an MLP's Linear after Linear+ReLU) goes one step further, as llm.c and
-// Transformer Engine do: its backward produces the *producer's* dpre directly from the GEMM that forms
-// dh = dy W2, with the DGELU/DRELU_BGRAD epilogue reading the producer's saved aux and emitting the
-// producer's bias gradient as well. In autograd terms the consumer's node "absorbs" the producer: its
-// edges go to the producer's inputs (x1, W1, b1) instead of to h, and its backward returns their
-// gradients. If h has other uses, they still reach the producer's own node, which then adds their
+// A linear whose input is the direct output of a fused linear with ReLU (an MLP's Linear after
+// Linear+ReLU) goes one step further, as llm.c and Transformer Engine do: its backward produces the
+// *producer's* dpre directly from the GEMM that forms dh = dy W2, with the DRELU_BGRAD epilogue reading
+// the producer's saved bit mask and emitting the producer's bias gradient as well. In autograd terms the consumer's
+// node "absorbs" the producer: its edges go to the producer's inputs (x1, W1, b1) instead of to h, and its backward
+// returns their gradients. If h has other uses, they still reach the producer's own node, which then adds their
 // contribution — gradients are linear in the paths, so the sum is exact. Absorption is one level deep:
 // an op that absorbed its producer is not itself absorbable (a chain L1 -> L2 -> L3 fuses L1 into L2).
-// Which activations are absorbed is a measured choice (linear_absorbs, core/ops.h): ReLU by default;
-// GELU only on request, because cuBLASLt runs its DGELU_BGRAD as a slow separate pass on Hopper.
+// GELU is not absorbed: cuBLASLt runs bfloat16 DGELU_BGRAD on Hopper as a separate pass after the GEMM
+// (0.35 ms a layer of GPT-2 on an H100), slower than the GEMM plus core's GELU backward.
 //
 // The CUDA pieces are public (core/linear_fused.h) for ops that form W's and b's gradients another way.
 #include <cstdint>
@@ -320,10 +319,8 @@ Tensor fused_linear_pre_grad(const FusedLinear& s, const Tensor& grad_out, Tenso
   return g;
 }
 
-// Absorbable when the consumer's epilogue would compute this activation's derivative and that is chosen
-// (linear_absorbs): ReLU, and GELU in bfloat16 (in float32 the elementwise pass keeps core's GELU arithmetic).
 bool fused_linear_absorbable(const FusedLinear& producer) {
-  return linear_absorbs(producer.act) && !producer.gelu_after;
+  return producer.act == Activation::Relu && linear_absorb();
 }
 
 Tensor fused_linear_absorbed_pre_grad(const FusedLinear& p, const Tensor& grad_pre2, const Tensor& w2, bool need_b,
@@ -334,7 +331,7 @@ Tensor fused_linear_absorbed_pre_grad(const FusedLinear& p, const Tensor& grad_p
   args.m = p.m;
   args.n = p.n;
   args.k = w2.size(0);
-  args.epilogue = p.act == Activation::Gelu ? ck::LtEpilogue::DGelu : ck::LtEpilogue::DRelu;
+  args.epilogue = ck::LtEpilogue::DRelu;
   args.aux = p.aux;
   if (need_b) {
     // Into the bias's gradient buffer only at the alignment a new tensor has, which the algorithm choice
@@ -381,19 +378,9 @@ Tensor activate(const Tensor& x, Activation act) {
 
 void set_linear_fused(bool enabled) { set_flag(Flag::LinearFused, enabled ? "1" : "0"); }
 
-void set_linear_absorb(LinearAbsorb level) {
-  set_flag(Flag::LinearAbsorb,
-           flag_specs()[static_cast<size_t>(Flag::LinearAbsorb)].allowed.at(static_cast<size_t>(level)));
-}
+void set_linear_absorb(bool enabled) { set_flag(Flag::LinearAbsorb, enabled ? "1" : "0"); }
 
-// The table lists none, relu, all: the enum's order.
-LinearAbsorb linear_absorb() { return static_cast<LinearAbsorb>(flag_choice(Flag::LinearAbsorb)); }
-
-bool linear_absorbs(Activation act) {
-  const LinearAbsorb level = linear_absorb();
-  if (act == Activation::Relu) return level != LinearAbsorb::None;
-  return act == Activation::Gelu && level == LinearAbsorb::All;
-}
+bool linear_absorb() { return flag_on(Flag::LinearAbsorb); }
 
 bool linear_fused() { return flag_on(Flag::LinearFused); }
 

@@ -8,7 +8,7 @@
 //   backward on_output_grad(dpre): the [m, out] gradient of x W^T + b (after the activation's derivative).
 // W's and b's AccumulateGrad nodes receive nothing, so their grad-ready hooks do not fire. A split linear
 // fed directly by another's output absorbs that one's activation backward into its own dx GEMM, as
-// dpt::linear does (core/ops_linear.cpp): the producer's dpre comes out of the DRELU/DGELU epilogue, and
+// dpt::linear does (core/ops_linear.cpp): the producer's dpre comes out of the DRELU epilogue, and
 // both sinks are called from the consumer's node, the consumer's first.
 #include <memory>
 #include <vector>

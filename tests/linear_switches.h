@@ -27,10 +27,10 @@ class FusedSwitch : public ScopedSwitch<bool> {
   explicit FusedSwitch(bool on) : ScopedSwitch(linear_fused, set_linear_fused, on) {}
 };
 
-// Which activations a fused linear lets its consumer absorb (set_linear_absorb).
-class AbsorbSwitch : public ScopedSwitch<LinearAbsorb> {
+// A ReLU linear's backward absorbed by the linear it feeds, on or off (set_linear_absorb).
+class AbsorbSwitch : public ScopedSwitch<bool> {
  public:
-  explicit AbsorbSwitch(LinearAbsorb level) : ScopedSwitch(linear_absorb, set_linear_absorb, level) {}
+  explicit AbsorbSwitch(bool on) : ScopedSwitch(linear_absorb, set_linear_absorb, on) {}
 };
 
 // Column-sum handoff from a linear's consumer to its bias gradient on or off (set_grad_column_sums).

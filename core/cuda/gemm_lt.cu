@@ -4,8 +4,7 @@
 // [n, m], so we ask for C^T = op(B)^T op(A)^T: cuBLASLt's "A" is our B and its "B" is our A, its m is
 // our n. In that frame cuBLASLt's "rows of D" are our columns, which is why
 //   - the BIAS vector (length = rows of D) is our per-column bias [n],
-//   - the BGRAD of DGELU/DRELU (a sum over the columns of D) is our column sum over the m rows,
-//   - BGRADB (a reduction of its B = our A over k) is the row sum of op(A), length m,
+//   - the BGRAD of DRELU (a sum over the columns of D) is our column sum over the m rows,
 //   - the aux matrix (same shape as D, leading dimension = rows of D) is our row-major [m, n] with
 //     rows of n elements, and the ReLU mask has rows of relu_mask_words * 32 bits.
 // The handle is per device (core/cuda/handles.h), the stream is the current one, the workspace is the
@@ -125,19 +124,13 @@ cublasLtEpilogue_t lt_epilogue(LtEpilogue e, bool has_bias) {
       return has_bias ? CUBLASLT_EPILOGUE_GELU_AUX_BIAS : CUBLASLT_EPILOGUE_GELU_AUX;
     case LtEpilogue::ReluAux:
       return has_bias ? CUBLASLT_EPILOGUE_RELU_AUX_BIAS : CUBLASLT_EPILOGUE_RELU_AUX;
-    case LtEpilogue::DGelu:
-      return has_bias ? CUBLASLT_EPILOGUE_DGELU_BGRAD : CUBLASLT_EPILOGUE_DGELU;
     case LtEpilogue::DRelu:
       return has_bias ? CUBLASLT_EPILOGUE_DRELU_BGRAD : CUBLASLT_EPILOGUE_DRELU;
-    case LtEpilogue::BiasGradOfA:
-      return CUBLASLT_EPILOGUE_BGRADB;
   }
   DPT_FAIL("gemm_lt: unknown epilogue {}", static_cast<int>(e));
 }
 
-bool uses_aux(LtEpilogue e) {
-  return e == LtEpilogue::GeluAux || e == LtEpilogue::ReluAux || e == LtEpilogue::DGelu || e == LtEpilogue::DRelu;
-}
+bool uses_aux(LtEpilogue e) { return e == LtEpilogue::GeluAux || e == LtEpilogue::ReluAux || e == LtEpilogue::DRelu; }
 bool is_relu(LtEpilogue e) { return e == LtEpilogue::ReluAux || e == LtEpilogue::DRelu; }
 
 bool row_ok(int64_t elements, DType dtype) { return (elements * static_cast<int64_t>(dtype_size(dtype))) % 16 == 0; }
@@ -202,11 +195,10 @@ bool gemm_lt(const Tensor& a, const Tensor& b, const Tensor& c, const LtGemmArgs
   const int64_t m = args.m, n = args.n, k = args.k;
   DPT_CHECK(a.numel() >= m * k && b.numel() >= k * n && c.numel() >= m * n,
             "gemm_lt (CUDA): [{}, {}] @ [{}, {}] overruns the operands", m, k, k, n);
-  const bool needs_bias = args.epilogue == LtEpilogue::Bias || args.epilogue == LtEpilogue::BiasGradOfA;
-  DPT_CHECK(!needs_bias || args.bias.defined(), "gemm_lt (CUDA): this epilogue needs a bias tensor");
+  DPT_CHECK(args.epilogue != LtEpilogue::Bias || args.bias.defined(),
+            "gemm_lt (CUDA): this epilogue needs a bias tensor");
   if (args.bias.defined()) {
-    const int64_t want = args.epilogue == LtEpilogue::BiasGradOfA ? m : n;
-    DPT_CHECK(args.bias.numel() == want, "gemm_lt (CUDA): bias of {} elements, expected {}", args.bias.numel(), want);
+    DPT_CHECK(args.bias.numel() == n, "gemm_lt (CUDA): bias of {} elements, expected {}", args.bias.numel(), n);
   }
   if (uses_aux(args.epilogue)) {
     if (is_relu(args.epilogue)) {

@@ -11,10 +11,7 @@
 //   Gelu, Relu   C = act(AB (+ bias)), nothing kept (inference)                      [GELU/RELU(_BIAS)]
 //   GeluAux      C = gelu(AB (+ bias)), aux = AB (+ bias) as [m, n] in C's dtype     [GELU_AUX(_BIAS)]
 //   ReluAux      C = relu(AB (+ bias)), aux = a bit mask of AB (+ bias) > 0          [RELU_AUX(_BIAS)]
-//   DGelu        C = AB * gelu'(aux); with bias: bias = column sums of C (length n)   [DGELU(_BGRAD)]
-//   DRelu        C = AB * [aux bit]; with bias: bias = column sums of C               [DRELU(_BGRAD)]
-//   BiasGradOfA  C = AB, bias = row sums of op(A) (length m): with A = dY^T this is the bias gradient
-//                computed inside the weight-gradient GEMM                                  [BGRADB]
+//   DRelu        C = AB * [aux bit]; with bias: bias = column sums of C (length n)    [DRELU(_BGRAD)]
 // The GELU is cuBLASLt's tanh approximation (GPT-2's, as dpt::gelu); its float32 arithmetic is not
 // bit-identical to core's gelu kernels (see tests/core/linear_op_test.cpp for the tolerances).
 #include <cstdint>
@@ -24,16 +21,15 @@
 
 namespace dpt::cuda_kernels {
 
-enum class LtEpilogue { None, Bias, Gelu, Relu, GeluAux, ReluAux, DGelu, DRelu, BiasGradOfA };
+enum class LtEpilogue { None, Bias, Gelu, Relu, GeluAux, ReluAux, DRelu };
 
 struct LtGemmArgs {
   int64_t m = 0, n = 0, k = 0;
   bool transpose_a = false, transpose_b = false;
   LtEpilogue epilogue = LtEpilogue::None;
-  // Bias / bias gradient ([n], or [m] for BiasGradOfA) in C's dtype; undefined = none. Required for
-  // Bias and BiasGradOfA.
+  // Bias / bias gradient ([n]) in C's dtype; undefined = none. Required for Bias.
   Tensor bias;
-  // GeluAux/DGelu: [m, n] in C's dtype. ReluAux/DRelu: relu_mask_words(m, n) int32 words.
+  // GeluAux: [m, n] in C's dtype. ReluAux/DRelu: relu_mask_words(m, n) int32 words.
   Tensor aux;
   // With None or Bias only: [m, n] in C's dtype, added before the one rounding to C (cuBLASLt's C
   // operand at beta = 1): C = AB (+ bias) + addend. A residual connection's add inside the GEMM.

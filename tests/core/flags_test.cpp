@@ -33,9 +33,9 @@ TEST(Flags, EveryFlagIsDeclaredOnceInEnumOrder) {
 TEST(Flags, TheEnvironmentSetsAValueReadOnFirstUse) {
   EXPECT_EXIT(
       {
-        ::setenv("DPT_LINEAR_ABSORB", "all", 1);
+        ::setenv("DPT_ATTENTION", "reference", 1);
         ::setenv("DPT_GPT2_DIR", "/somewhere/gpt2", 1);
-        const bool ok = flag_value(Flag::LinearAbsorb) == "all" && flag_choice(Flag::LinearAbsorb) == 2 &&
+        const bool ok = flag_value(Flag::Attention) == "reference" && flag_choice(Flag::Attention) == 2 &&
                         flag_value(Flag::Gpt2Dir) == "/somewhere/gpt2";
         std::exit(ok ? 0 : 1);
       },
@@ -72,18 +72,18 @@ TEST(Flags, AValueOutsideTheAllowedOnesIsAnErrorNamingTheVariable) {
 }
 
 TEST(Flags, AScopedOverrideWinsAndIsUndoneWhenTheScopeEnds) {
-  const std::string before = flag_value(Flag::LinearAbsorb);
+  const std::string before = flag_value(Flag::Attention);
   {
-    ScopedFlag outer(Flag::LinearAbsorb, "none");
-    EXPECT_EQ(flag_value(Flag::LinearAbsorb), "none");
-    EXPECT_EQ(flag_choice(Flag::LinearAbsorb), 0);
+    ScopedFlag outer(Flag::Attention, "flash");
+    EXPECT_EQ(flag_value(Flag::Attention), "flash");
+    EXPECT_EQ(flag_choice(Flag::Attention), 1);
     {
-      ScopedFlag inner(Flag::LinearAbsorb, "all");
-      EXPECT_EQ(flag_value(Flag::LinearAbsorb), "all");
+      ScopedFlag inner(Flag::Attention, "reference");
+      EXPECT_EQ(flag_value(Flag::Attention), "reference");
     }
-    EXPECT_EQ(flag_value(Flag::LinearAbsorb), "none");
+    EXPECT_EQ(flag_value(Flag::Attention), "flash");
   }
-  EXPECT_EQ(flag_value(Flag::LinearAbsorb), before);
+  EXPECT_EQ(flag_value(Flag::Attention), before);
   {
     ScopedFlag dir(Flag::Gpt2Dir, "/elsewhere");
     EXPECT_EQ(flag_value(Flag::Gpt2Dir), "/elsewhere");

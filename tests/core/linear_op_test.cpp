@@ -359,12 +359,8 @@ TEST_F(LinearOp, FusedSwitchRoundTrips) {
 #define SKIP_WITHOUT_GPU() \
   if (!cuda::is_available()) GTEST_SKIP() << "no CUDA device"
 
-// Whether a linear with `act` in `dtype` is absorbed by the linear it feeds (core/ops_linear.cpp) under
-// LinearAbsorb::All: ReLU always, GELU in bfloat16 (float32 GELU keeps core's arithmetic in an
-// elementwise pass).
-bool absorbable(Activation act, DType dtype) {
-  return act == Activation::Relu || (act == Activation::Gelu && dtype == DType::BFloat16);
-}
+// Whether a linear with `act` is absorbed by the linear it feeds (core/ops_linear.cpp): ReLU only.
+bool absorbable(Activation act) { return act == Activation::Relu; }
 
 struct Case {
   Shape x;
@@ -479,13 +475,13 @@ TEST_F(CudaLinearOp, FusedAndUnfusedAgree) {
   }
 }
 
-// proj(gelu(fc(x))) and Linear -> ReLU -> Linear: the second linear's backward forms the first one's
-// dpre and bias gradient in its dh GEMM (DGELU/DRELU_BGRAD; float32 GELU is not absorbed), with and
+// proj(gelu(fc(x))) and Linear -> ReLU -> Linear: under ReLU the second linear's backward forms the first
+// one's dpre and bias gradient in its dh GEMM (DRELU_BGRAD; GELU takes its own backward pass), with and
 // without a second use of the hidden activation (then the producer's own backward adds that path's
 // gradient). float32: fused against unfused and against the CPU. bfloat16: each path against the
 // float64 truth of its own run (its hidden ReLU sign pattern, see positive_mask).
 TEST_F(CudaLinearOp, PairOfLinearsAbsorbsTheActivationBackward) {
-  AbsorbSwitch all(LinearAbsorb::All);
+  AbsorbSwitch absorb(true);
   for (Activation act : {Activation::Gelu, Activation::Relu}) {
     for (bool second_use : {false, true}) {
       // `hidden` keeps the last run's h, whose signs the float64 truth takes for the ReLU.
@@ -531,7 +527,7 @@ TEST_F(CudaLinearOp, PairOfLinearsAbsorbsTheActivationBackward) {
           unfused = run_on(Device::cuda(0), dtype, pair, in);
         }
         if (!second_use && dtype == DType::BFloat16) {
-          EXPECT_EQ(fused.grad_fn, absorbable(act, dtype) ? "LinearPairBackward" : "LinearBackward") << what;
+          EXPECT_EQ(fused.grad_fn, absorbable(act) ? "LinearPairBackward" : "LinearBackward") << what;
         }
         if (dtype == DType::BFloat16) {
           expect_results_close(unfused, truth(dtype), rtol_for(dtype, unfused), what + " unfused vs float64");
@@ -550,7 +546,6 @@ TEST_F(CudaLinearOp, PairOfLinearsAbsorbsTheActivationBackward) {
 // at the fused op's tolerance. The grad_fn shows the add did not run as its own op.
 TEST_F(CudaLinearOp, ResidualAddInsideTheGemmMatchesTheComposition) {
   FusedSwitch on(true);
-  AbsorbSwitch all(LinearAbsorb::All);
   const double s1 = 1 / std::sqrt(64.0), s2 = 1 / std::sqrt(256.0);
   Fn single = linear_residual_fn();
   Fn pair = [](const Inputs& v) { return linear_residual(linear(v[0], v[1], v[2], Activation::Gelu), v[3], v[4], v[5]); };
@@ -562,8 +557,7 @@ TEST_F(CudaLinearOp, ResidualAddInsideTheGemmMatchesTheComposition) {
       const std::string what = std::string(name) + " " + dtype_name(dtype);
       SCOPED_TRACE(what);
       const Result fused = run_on(Device::cuda(0), dtype, f, in);
-      const bool pair_absorbed = std::string(name) == "gelu pair" && dtype == DType::BFloat16;
-      EXPECT_EQ(fused.grad_fn, pair_absorbed ? "LinearPairBackward" : "LinearBackward");
+      EXPECT_EQ(fused.grad_fn, "LinearBackward");
       // The residual's gradient is the output's: sum(out * w) gives it w, the same in every path.
       const Result reference = dtype == DType::Float32 ? run_on(Device::cpu(), dtype, f, in)
                                                        : run_on(Device::cpu(), DType::Float64, f, in, dtype);
@@ -575,13 +569,13 @@ TEST_F(CudaLinearOp, ResidualAddInsideTheGemmMatchesTheComposition) {
 
 // Every epilogue the op uses has a cuBLASLt algorithm on aligned GPT-2-like shapes in bfloat16 (the
 // training precision): otherwise the op stays correct but is silently unfused (the forward, the weight
-// gradient or the DGELU/DRELU_BGRAD absorbed backward would take the fallback). float32 runs
+// gradient or the DRELU_BGRAD absorbed backward would take the fallback). float32 runs
 // the same cases and only reports refusals: some cuBLASLt versions implement these epilogues for 16-bit
 // types only, and float32's fallback is the plain path.
 TEST_F(CudaLinearOp, CublasLtTakesEveryAlignedBfloat16Case) {
 #ifdef DPT_HAVE_CUDA
   FusedSwitch on(true);
-  AbsorbSwitch all(LinearAbsorb::All);
+  AbsorbSwitch absorb(true);
   for (DType dtype : {DType::BFloat16, DType::Float32}) {
     const int64_t before = cuda_kernels::gemm_lt_refusals();
     for (Activation act : {Activation::None, Activation::Gelu, Activation::Relu}) {
@@ -595,7 +589,7 @@ TEST_F(CudaLinearOp, CublasLtTakesEveryAlignedBfloat16Case) {
         const Inputs in = with_bias ? Inputs{x, w1, b1, w2, b2} : Inputs{x, w1, w2};
         Result r = run_on(Device::cuda(0), dtype, pair, in);
         if (dtype == DType::BFloat16) {
-          EXPECT_EQ(r.grad_fn, absorbable(act, dtype) ? "LinearPairBackward" : "LinearBackward")
+          EXPECT_EQ(r.grad_fn, absorbable(act) ? "LinearPairBackward" : "LinearBackward")
               << act_name(act) << (with_bias ? " with bias" : " without bias");
         }
       }
@@ -714,7 +708,7 @@ TEST_F(CudaLinearOp, GeluBackwardIsTheFloat64DerivativeRoundedOnce) {
 // own AccumulateGrad has run (b1's by the GEMM's epilogue, which takes a buffer aligned as a new tensor is).
 TEST_F(CudaLinearOp, FirstParameterGradientsAreWrittenIntoTheirBuffersBitForBit) {
   FusedSwitch on(true);
-  AbsorbSwitch relu(LinearAbsorb::Relu);
+  AbsorbSwitch absorb(true);
   const Device gpu = Device::cuda(0);
   for (DType dtype : {DType::Float32, DType::BFloat16}) {
     SCOPED_TRACE(dtype_name(dtype));
