@@ -21,8 +21,6 @@ WindowMode parse_window_mode(const std::string& text) {
   DPT_FAIL("window mode must be 'sequential' or 'random', got '{}'", text);
 }
 
-const char* window_mode_name(WindowMode mode) { return mode == WindowMode::Sequential ? "sequential" : "random"; }
-
 TokenWindowDataset::TokenWindowDataset(int64_t seq_len, WindowMode mode, uint64_t seed)
     : seq_len_(seq_len), mode_(mode), seed_(seed) {
   DPT_CHECK(seq_len >= 1, "token windows: seq_len must be >= 1, got {}", seq_len);

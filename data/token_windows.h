@@ -27,7 +27,6 @@ namespace dpt::data {
 
 enum class WindowMode { Sequential, Random };
 WindowMode parse_window_mode(const std::string& text);  // "sequential" or "random"
-const char* window_mode_name(WindowMode mode);
 
 struct Range {
   double begin = 0.0;

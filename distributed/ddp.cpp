@@ -310,15 +310,6 @@ void DistributedDataParallel::rebuild_from_observed_order() {
   ready_order_.clear();
 }
 
-std::vector<std::vector<std::string>> DistributedDataParallel::bucket_layout() const {
-  std::vector<std::vector<std::string>> layout;
-  for (const auto& b : buckets_) {
-    layout.emplace_back();
-    for (size_t i : b.params) layout.back().push_back(params_[i].first);
-  }
-  return layout;
-}
-
 std::vector<BucketTiming> DistributedDataParallel::last_timings() {
   std::vector<BucketTiming> out;
   if (!finished_timing_) return out;

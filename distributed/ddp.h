@@ -98,8 +98,6 @@ class DistributedDataParallel {
 
   size_t num_buckets() const { return buckets_.size(); }
   std::string exchange_name() const { return exchange_->name(); }
-  // Parameter names of each bucket, in bucket order (for tests and logs).
-  std::vector<std::vector<std::string>> bucket_layout() const;
   // Opt-in per-bucket CUDA event timing of the last synchronised backward (host-synchronises when read).
   void set_record_timing(bool on) { record_timing_ = on; }
   std::vector<BucketTiming> last_timings();

@@ -33,9 +33,4 @@ void zeros_(const Tensor& t) {
   x.zero_();
 }
 
-void ones_(const Tensor& t) {
-  Tensor x = t;
-  x.fill_(1.0);
-}
-
 }  // namespace dpt::nn::init

@@ -19,6 +19,5 @@ void normal_(const Tensor& t, Generator& gen, double mean, double std);
 inline constexpr double kGpt2Std = 0.02;
 double gpt2_residual_std(int64_t n_layer);
 void zeros_(const Tensor& t);
-void ones_(const Tensor& t);
 
 }  // namespace dpt::nn::init

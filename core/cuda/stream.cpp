@@ -49,15 +49,6 @@ cudaStream_t current_stream(int device) {
   return stream ? stream : default_stream(device);
 }
 
-void set_current_stream(cudaStream_t stream) {
-  int device = -1;
-  if (stream) {
-    DPT_CUDA_CHECK(cudaStreamGetDevice(stream, &device));
-  }
-  device = resolve_device(device);
-  t_current_streams[device] = stream;
-}
-
 bool stream_is_capturing(cudaStream_t stream) {
   cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
   DPT_CUDA_CHECK(cudaStreamIsCapturing(stream, &status));

@@ -10,9 +10,6 @@ namespace dpt::cuda {
 
 // The calling thread's current stream on `device` (-1: the current device).
 cudaStream_t current_stream(int device = -1);
-// Makes `stream` current for this thread on the device it belongs to; nullptr restores the default
-// stream of the current device.
-void set_current_stream(cudaStream_t stream);
 // The per-device default stream described above (created on first call).
 cudaStream_t default_stream(int device = -1);
 // True while `stream` is being captured into a CUDA graph: work enqueued now is recorded, not run.

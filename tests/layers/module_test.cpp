@@ -62,6 +62,18 @@ TEST(Module, SameSeedSameWeightsDifferentSeedDifferentWeights) {
   EXPECT_NE(pa[0].second.to_vector<float>(), pc[0].second.to_vector<float>());
 }
 
+// Layers built without a generator draw from the default one, which manual_seed resets (torch.manual_seed).
+TEST(Module, ManualSeedRepeatsTheDefaultGeneratorsDraws) {
+  manual_seed(3);
+  Linear a(4, 2);
+  manual_seed(3);
+  Linear b(4, 2);
+  Linear c(4, 2);  // the draws after b's
+  EXPECT_EQ(a.weight.to_vector<float>(), b.weight.to_vector<float>());
+  EXPECT_EQ(a.bias.to_vector<float>(), b.bias.to_vector<float>());
+  EXPECT_NE(a.weight.to_vector<float>(), c.weight.to_vector<float>());
+}
+
 TEST(Module, Gpt2InitializationHasTheRightScales) {
   GPTConfig cfg = tiny_gpt();
   cfg.n_embd = 64;
@@ -113,6 +125,54 @@ TEST(Module, ToDtypeKeepsTheSameParameterHandles) {
   Tensor y = lin.forward(ones({4, 3}, TensorOptions{}.with_dtype(DType::Float64)));
   EXPECT_EQ(y.dtype(), DType::Float64);
   EXPECT_THROW(lin.to(DType::Int32), Error);
+}
+
+// A module with buffers: a float running statistic saved with the state, an int64 counter that is not.
+class WithBuffers : public Module {
+ public:
+  explicit WithBuffers(Generator& gen) {
+    weight = register_parameter("weight", randn({2, 3}, gen));
+    running = register_buffer("running", full({3}, 0.5));
+    seen = register_buffer("seen", zeros({1}, TensorOptions{}.with_dtype(DType::Int64)), /*persistent=*/false);
+  }
+  Tensor weight, running, seen;
+};
+
+TEST(Module, BuffersMoveWithTheModuleAndOnlyPersistentOnesAreSaved) {
+  Generator g1(1), g2(2);
+  WithBuffers a(g1), b(g2);
+  EXPECT_EQ(names_of(a.named_buffers()), (std::vector<std::string>{"running", "seen"}));
+  EXPECT_EQ(names_of(a.state_dict()), (std::vector<std::string>{"weight", "running"}));
+  EXPECT_EQ(names_of(a.named_parameters()), (std::vector<std::string>{"weight"}));
+  EXPECT_FALSE(a.running.requires_grad());
+
+  a.running.fill_(2.0);
+  b.load_state_dict(a.state_dict());
+  EXPECT_EQ(b.running.to_vector<float>(), (std::vector<float>{2, 2, 2}));
+  EXPECT_EQ(b.weight.to_vector<float>(), a.weight.to_vector<float>());
+
+  // to(dtype) converts floating buffers in place of the same handle and leaves integer ones alone.
+  a.to(DType::Float64);
+  EXPECT_EQ(a.running.dtype(), DType::Float64);
+  EXPECT_EQ(a.running.to_vector<double>(), (std::vector<double>{2, 2, 2}));
+  EXPECT_EQ(a.seen.dtype(), DType::Int64);
+  EXPECT_TRUE(a.named_buffers()[0].second.same(a.running));
+}
+
+TEST(Module, ABufferNameTakenByAParameterIsRefused) {
+  class Clash : public Module {
+   public:
+    Clash() {
+      register_parameter("w", zeros({2}));
+      register_buffer("w", zeros({2}));
+    }
+  };
+  try {
+    Clash clash;
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("'w' is already registered as a parameter"), std::string::npos) << e.what();
+  }
 }
 
 TEST(Module, StateDictRoundTripsBetweenModels) {
