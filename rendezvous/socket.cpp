@@ -162,17 +162,6 @@ void start_listening(int fd, int backlog) {
   }
 }
 
-int listen_tcp(int port, int backlog, bool loopback_only) {
-  int fd = bind_tcp(port, loopback_only);
-  try {
-    start_listening(fd, backlog);
-  } catch (...) {
-    ::close(fd);
-    throw;
-  }
-  return fd;
-}
-
 int bound_port(int fd) {
   sockaddr_in addr{};
   socklen_t len = sizeof(addr);

@@ -41,8 +41,6 @@ Clock::time_point deadline_after(std::chrono::milliseconds timeout);
 // listening: connections to it are refused until start_listening. Throws naming the port on failure.
 int bind_tcp(int port, bool loopback_only = false);
 void start_listening(int fd, int backlog = 512);
-// bind_tcp + start_listening.
-int listen_tcp(int port, int backlog = 512, bool loopback_only = false);
 int bound_port(int fd);  // the local port a socket is bound to
 // "10.0.0.2:41234": the far end of a connected socket (for messages about that peer).
 std::string peer_address(int fd);

@@ -295,7 +295,8 @@ TEST(StoreHostile, AnotherJobsRankIsRefusedWithAClearErrorAndTheJobGoesOn) {
 
 TEST(StoreHostile, AClientOfAServiceThatIsNoStoreFailsNamingIt) {
   // Something else on the port: it answers anything with text.
-  int listener = net::listen_tcp(0, 8, true);
+  int listener = net::bind_tcp(0, true);
+  net::start_listening(listener, 8);
   int port = net::bound_port(listener);
   std::thread service([listener] {
     int fd = ::accept(listener, nullptr, nullptr);
