@@ -21,11 +21,12 @@
 // A linear whose input is the direct output of a fused linear with ReLU (an MLP's Linear after
 // Linear+ReLU) goes one step further, as llm.c and Transformer Engine do: its backward produces the
 // *producer's* dpre directly from the GEMM that forms dh = dy W2, with the DRELU_BGRAD epilogue reading
-// the producer's saved bit mask and emitting the producer's bias gradient as well. In autograd terms the consumer's
-// node "absorbs" the producer: its edges go to the producer's inputs (x1, W1, b1) instead of to h, and its backward
-// returns their gradients. If h has other uses, they still reach the producer's own node, which then adds their
-// contribution — gradients are linear in the paths, so the sum is exact. Absorption is one level deep:
-// an op that absorbed its producer is not itself absorbable (a chain L1 -> L2 -> L3 fuses L1 into L2).
+// the producer's saved bit mask and emitting the producer's bias gradient as well. In autograd terms the
+// consumer's node "absorbs" the producer: its edges go to the producer's inputs (x1, W1, b1) instead of
+// to h, and its backward returns their gradients. If h has other uses, they still reach the producer's
+// own node, which then adds their contribution — gradients are linear in the paths, so the sum is exact.
+// Absorption is one level deep: an op that absorbed its producer is not itself absorbable (a chain
+// L1 -> L2 -> L3 fuses L1 into L2).
 // GELU is not absorbed: cuBLASLt runs bfloat16 DGELU_BGRAD on Hopper as a separate pass after the GEMM
 // (0.35 ms a layer of GPT-2 on an H100), slower than the GEMM plus core's GELU backward.
 //
